@@ -1,0 +1,69 @@
+// The contract between the runtime and a generated embedding-bag kernel: what it is
+// specialised on (EmbagKey) and what it receives at run time (EmbagKernelArgs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "jit/isa.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::jit {
+
+/// Everything generated code is specialised on. dim == 0 names the generic kernel, which
+/// reads D from EmbagKernelArgs::dim (used once the code-memory bound is reached).
+struct EmbagKey {
+  Isa isa = Isa::kAvx512;
+  DType table = DType::kF32;
+  int64_t dim = 0;
+  Mode mode = Mode::kSum;
+  bool weighted = false;   ///< per_sample_weights present (sum only)
+  bool padding = false;    ///< padding_idx present
+  DType index = DType::kI64;
+  DType offset = DType::kI64;
+  int prefetch = 16;       ///< software prefetch distance in indices (0 = none)
+
+  /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).
+  DType index_out() const { return index == offset ? index : DType::kI64; }
+  bool operator==(const EmbagKey&) const = default;
+  /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, `.pf16`).
+  std::string name() const;
+};
+
+/// Inverse of EmbagKey::name(); nullopt when the text is not a canonical name.
+std::optional<EmbagKey> parse_embag_key(std::string_view name);
+
+struct EmbagKeyHash {
+  size_t operator()(const EmbagKey& k) const noexcept;
+};
+
+/// Run-time arguments of one kernel call: a range of bags of one validated problem.
+/// Bag b covers index positions [offsets[b], end_b) with end_b = offsets[b+1] when
+/// b + 1 < num_offsets, else num_indices. Every index has already been range-checked.
+struct EmbagKernelArgs {
+  const void* weight;              ///< table base (row 0)
+  int64_t row_stride_bytes;        ///< distance between rows
+  int64_t dim;                     ///< D (the generic kernel reads it; others may assert it)
+  const void* indices;             ///< key.index elements
+  const void* offsets;             ///< key.offset elements
+  int64_t num_offsets;             ///< len(offsets)
+  int64_t num_indices;             ///< N
+  const float* per_sample_weights; ///< read only when key.weighted
+  int64_t padding_idx;             ///< non-negative; read only when key.padding
+  int64_t bag_begin, bag_end;      ///< bags [bag_begin, bag_end) to compute
+  float* output;                   ///< [B, D] dense
+  void* offset2bag;                ///< [N] of key.index_out(); written when mode != sum or padding
+  void* bag_size;                  ///< [B]; written (counts) in mean and max mode
+  void* max_indices;               ///< mean: [B] counts; max: [B, D] winning row ids
+};
+static_assert(std::is_standard_layout_v<EmbagKernelArgs>);
+
+/// Signature of every generated (and of the scalar fallback) embedding-bag kernel.
+using EmbagKernelFn = void (*)(const EmbagKernelArgs*);
+
+}  // namespace shapejit::jit

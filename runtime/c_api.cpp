@@ -1,0 +1,34 @@
+// The embedding-bag C ABI: argument null checks, then the same path as the C++ API.
+#include "runtime/embedding_bag.hpp"
+#include "runtime/last_error.hpp"
+#include "runtime/validate.hpp"
+
+using shapejit::Error;
+using shapejit::Status;
+
+namespace {
+void require_args(const void* p, const char* name) {
+  if (!p) throw Error(Status::kInvalidArgument, std::string(name) + " must not be null");
+}
+}  // namespace
+
+extern "C" {
+
+shapejit_status shapejit_embedding_bag_output_shapes(const shapejit_embedding_bag_args* args,
+                                                     shapejit_embedding_bag_shapes* shapes) {
+  return shapejit::rt::guarded([&] {
+    require_args(args, "args");
+    require_args(shapes, "shapes");
+    *shapes = shapejit::rt::validate_embedding_bag(*args);
+  });
+}
+
+shapejit_status shapejit_embedding_bag(const shapejit_embedding_bag_args* args, void* output,
+                                       void* offset2bag, void* bag_size, void* max_indices) {
+  return shapejit::rt::guarded([&] {
+    require_args(args, "args");
+    shapejit::rt::run_embedding_bag(*args, output, offset2bag, bag_size, max_indices);
+  });
+}
+
+}  // extern "C"

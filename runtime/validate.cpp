@@ -1,0 +1,174 @@
+// Each check names the argument, the offending value and the rule. Messages follow ATen's
+// wording where ATen has a check; the rest are shapejit's own (ATen crashes there).
+#include "runtime/validate.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "ref/embedding_bag.hpp"
+#include "ref/int_access.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::rt {
+namespace {
+
+using std::to_string;
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(Status::kInvalidArgument, "embedding_bag: " + message);
+}
+
+const char* dtype_name(shapejit_dtype t) {
+  switch (t) {
+    case SHAPEJIT_F32: return "float32";
+    case SHAPEJIT_F16: return "float16";
+    case SHAPEJIT_BF16: return "bfloat16";
+    case SHAPEJIT_I32: return "int32";
+    case SHAPEJIT_I64: return "int64";
+  }
+  return "unknown";
+}
+
+// a * b * c bytes must fit in int64 (and so in the address space checks that follow).
+void check_bytes(const char* what, int64_t a, int64_t b, int64_t elem_bytes) {
+  int64_t n = 0, bytes = 0;
+  if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, elem_bytes, &bytes))
+    invalid(std::string(what) + " has " + to_string(a) + " x " + to_string(b) +
+            " elements, whose byte count overflows int64");
+}
+
+void check_non_negative(const char* name, int64_t v) {
+  if (v < 0) invalid(std::string(name) + " must be >= 0, but got " + to_string(v));
+}
+
+void check_index_dtype(const char* name, shapejit_dtype t) {
+  if (t != SHAPEJIT_I32 && t != SHAPEJIT_I64)
+    invalid(std::string(name) + " must be int32 or int64, but got dtype " + dtype_name(t) +
+            " (" + to_string(int(t)) + ")");
+}
+
+void check_sizes(const shapejit_embedding_bag_args& a) {
+  if (a.weight_dtype == SHAPEJIT_F16 || a.weight_dtype == SHAPEJIT_BF16)
+    throw Error(Status::kUnsupported, std::string("embedding_bag: weight dtype ") +
+                                          dtype_name(a.weight_dtype) + " is not supported yet (float32 only)");
+  if (a.weight_dtype != SHAPEJIT_F32)
+    invalid(std::string("weight must be a floating-point table, but got dtype ") + dtype_name(a.weight_dtype) +
+            " (" + to_string(int(a.weight_dtype)) + ")");
+  check_index_dtype("indices", a.index_dtype);
+  check_index_dtype("offsets", a.offset_dtype);
+  if (a.mode != SHAPEJIT_SUM && a.mode != SHAPEJIT_MEAN && a.mode != SHAPEJIT_MAX)
+    invalid("mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(int(a.mode)));
+  check_non_negative("weight.num_rows", a.num_rows);
+  check_non_negative("weight.dim", a.dim);
+  check_non_negative("indices.numel", a.num_indices);
+  check_non_negative("offsets.numel", a.num_offsets);
+  if (a.row_stride < a.dim)
+    invalid("weight.row_stride must be >= dim (" + to_string(a.dim) + "), but got " + to_string(a.row_stride));
+  check_bytes("weight", a.num_rows, a.row_stride, 4);
+  check_bytes("output", a.num_offsets, a.dim, 8);  // also bounds max_indices [B, D] of int64
+  check_bytes("indices", a.num_indices, 1, 8);
+  check_bytes("offsets", a.num_offsets, 1, 8);
+  if (!a.weight && a.num_rows > 0 && a.dim > 0) invalid("weight is null but has " + to_string(a.num_rows) + " rows");
+  if (!a.indices && a.num_indices > 0) invalid("indices is null but has " + to_string(a.num_indices) + " elements");
+  if (!a.offsets && a.num_offsets > 0) invalid("offsets is null but has " + to_string(a.num_offsets) + " elements");
+}
+
+void check_options(const shapejit_embedding_bag_args& a) {
+  if (a.has_padding_idx && (a.padding_idx < -a.num_rows || a.padding_idx >= a.num_rows))
+    invalid("padding_idx must be within the number of embeddings, -" + to_string(a.num_rows) + " through " +
+            to_string(a.num_rows - 1) + ", but got " + to_string(a.padding_idx));
+  if (a.per_sample_weights && a.mode != SHAPEJIT_SUM)
+    invalid(std::string("per_sample_weights is only supported for mode='sum', but got mode='") +
+            (a.mode == SHAPEJIT_MEAN ? "mean" : "max") + "'");
+}
+
+int64_t offset_at(const shapejit_embedding_bag_args& a, int64_t k) { return ref::load_int(a.offsets, a.offset_dtype, k); }
+
+void check_offsets(const shapejit_embedding_bag_args& a) {
+  const int64_t n = a.num_indices, len = a.num_offsets;
+  if (a.include_last_offset && len < 1)
+    invalid("include_last_offset requires at least one offset, but offsets is empty");
+  if (len == 0) {
+    if (n > 0) invalid("offsets is empty but indices has " + to_string(n) + " elements (they would belong to no bag)");
+    return;
+  }
+  if (a.include_last_offset && len < 2 && n > 0)
+    invalid("include_last_offset with a single offset describes no bag, but indices has " + to_string(n) + " elements");
+  if (offset_at(a, 0) != 0)
+    invalid("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+            "However, got " + to_string(offset_at(a, 0)));
+  int64_t prev = 0;
+  for (int64_t k = 1; k < len; ++k) {
+    const int64_t v = offset_at(a, k);
+    if (v < prev)
+      invalid("offsets must be non-decreasing, but offsets[" + to_string(k) + "] = " + to_string(v) +
+              " < offsets[" + to_string(k - 1) + "] = " + to_string(prev));
+    if (v > n) {
+      if (k == len - 1)
+        invalid("offsets[-1] can not be greater than input's length " + to_string(n) + " but got " + to_string(v));
+      invalid("offsets[" + to_string(k) + "] = " + to_string(v) + " can not be greater than input's length " + to_string(n));
+    }
+    prev = v;
+  }
+  if (a.include_last_offset && prev < n) {
+    if (!a.aten_partial_final_offset)
+      invalid("with include_last_offset, offsets[-1] must equal input's length " + to_string(n) + ", but got " +
+              to_string(prev) + " (positions after it would belong to no bag; set aten_partial_final_offset "
+              "to reproduce ATen 1.13)");
+    if (a.mode == SHAPEJIT_MAX)
+      invalid("aten_partial_final_offset (offsets[-1] = " + to_string(prev) + " < input's length " + to_string(n) +
+              ") is only reproduced for mode sum and mean, but got mode='max'");
+    if (a.has_padding_idx)
+      invalid("aten_partial_final_offset (offsets[-1] = " + to_string(prev) + " < input's length " + to_string(n) +
+              ") cannot be combined with padding_idx");
+  }
+}
+
+template <class T>
+void check_indices_typed(const T* idx, int64_t n, int64_t rows) {
+  // One branch-free pass finds whether anything is out of range; only then locate the first.
+  T lo = 0, hi = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, idx[i]);
+    hi = std::max(hi, idx[i]);
+  }
+  if (lo >= 0 && (n == 0 || int64_t(hi) < rows)) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (idx[i] < 0 || int64_t(idx[i]) >= rows)
+      invalid("indices[" + to_string(i) + "] = " + to_string(int64_t(idx[i])) + " is out of range for a table of " +
+              to_string(rows) + " rows (valid: 0 <= index < " + to_string(rows) + ")");
+}
+
+void check_indices(const shapejit_embedding_bag_args& a) {
+  if (a.index_dtype == SHAPEJIT_I32)
+    check_indices_typed(static_cast<const int32_t*>(a.indices), a.num_indices, a.num_rows);
+  else
+    check_indices_typed(static_cast<const int64_t*>(a.indices), a.num_indices, a.num_rows);
+}
+
+}  // namespace
+
+shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& a) {
+  check_sizes(a);
+  check_options(a);
+  check_offsets(a);
+  check_indices(a);
+  return ref::embedding_bag_shapes(a);
+}
+
+void validate_embedding_bag_outputs(const shapejit_embedding_bag_shapes& s, const void* output,
+                                    const void* offset2bag, const void* bag_size, const void* max_indices) {
+  auto need = [](const char* name, const void* p, int64_t elements) {
+    if (!p && elements > 0) invalid(std::string(name) + " is null but must hold " + to_string(elements) + " elements");
+  };
+  need("output", output, s.output_rows * s.output_cols);
+  need("offset2bag", offset2bag, s.offset2bag_len);
+  need("bag_size", bag_size, s.bag_size_len);
+  need("max_indices", max_indices, s.max_indices_rows * s.max_indices_cols);
+}
+
+bool uses_partial_final_offset(const shapejit_embedding_bag_args& a) {
+  return a.include_last_offset && a.num_offsets > 0 && offset_at(a, a.num_offsets - 1) < a.num_indices;
+}
+
+}  // namespace shapejit::rt
