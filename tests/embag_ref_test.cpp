@@ -42,7 +42,7 @@ TEST_CASE("ref: sum starts from +0.0 so a lone -0.0 becomes +0.0, and empty bags
   CHECK(r.max_indices == std::vector<int64_t>{0, 0, 0});
 }
 
-TEST_CASE("ref: mean divides by the non-padding count; max_indices copies bag_size") {
+TEST_CASE("ref: mean divides by the non-padding count and max_indices copies bag_size") {
   std::vector<int64_t> idx{0, 2, 2, 1}, off{0, 3, 4};
   auto c = make_call(idx, off, Mode::kMean);
   c.padding_idx = -3;  // row 1

@@ -73,7 +73,7 @@ TEST_CASE("validation: the fixture itself is valid and writes outputs") {
   CHECK(std::string(shapejit_last_error()).empty());
 }
 
-TEST_CASE("validation: padding_idx outside [-n, n)") {
+TEST_CASE("validation: padding_idx outside -n..n-1") {
   for (int64_t p : {int64_t{4}, int64_t{100}, int64_t{-5}, std::numeric_limits<int64_t>::min()}) {
     Fixture f;
     f.a.has_padding_idx = 1;
