@@ -31,9 +31,14 @@ struct EmbagKey {
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).
   DType index_out() const { return index == offset ? index : DType::kI64; }
   bool operator==(const EmbagKey&) const = default;
-  /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, `.pf16`).
+  /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, and `.pfN` when
+  /// prefetch != 16; the generic kernel is `dgen`).
   std::string name() const;
 };
+
+/// Widest D the generators accept (dim * 8 and every offset stay in 32 bits); the runtime runs
+/// wider rows on the generic kernel.
+inline constexpr int64_t kMaxGeneratedEmbagDim = int64_t{1} << 24;
 
 /// Inverse of EmbagKey::name(); nullopt when the text is not a canonical name.
 std::optional<EmbagKey> parse_embag_key(std::string_view name);

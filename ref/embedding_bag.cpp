@@ -61,6 +61,8 @@ bool is_padding(const shapejit_embedding_bag_args& a, int64_t row) {
 }
 
 const float* row_ptr(const shapejit_embedding_bag_args& a, int64_t row) {
+  // A NULL table is valid when dim == 0 (no column is read); offsetting NULL is undefined.
+  if (a.weight == nullptr) return nullptr;
   return static_cast<const float*>(a.weight) + row * a.row_stride;
 }
 

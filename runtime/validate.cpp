@@ -3,7 +3,9 @@
 #include "runtime/validate.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ref/embedding_bag.hpp"
 #include "ref/int_access.hpp"
@@ -18,7 +20,16 @@ using std::to_string;
   throw Error(Status::kInvalidArgument, "embedding_bag: " + message);
 }
 
-const char* dtype_name(shapejit_dtype t) {
+// A C caller may store any integer in an enum field; read it as its underlying integer, since
+// loading an out-of-range value as the enum type is undefined behaviour (UBSan's -fsanitize=enum).
+template <class Enum>
+int64_t enum_value(const Enum& e) {
+  std::underlying_type_t<Enum> v;
+  std::memcpy(&v, &e, sizeof v);
+  return int64_t(v);
+}
+
+const char* dtype_name(int64_t t) {
   switch (t) {
     case SHAPEJIT_F32: return "float32";
     case SHAPEJIT_F16: return "float16";
@@ -41,23 +52,24 @@ void check_non_negative(const char* name, int64_t v) {
   if (v < 0) invalid(std::string(name) + " must be >= 0, but got " + to_string(v));
 }
 
-void check_index_dtype(const char* name, shapejit_dtype t) {
+void check_index_dtype(const char* name, int64_t t) {
   if (t != SHAPEJIT_I32 && t != SHAPEJIT_I64)
     invalid(std::string(name) + " must be int32 or int64, but got dtype " + dtype_name(t) +
-            " (" + to_string(int(t)) + ")");
+            " (" + to_string(t) + ")");
 }
 
 void check_sizes(const shapejit_embedding_bag_args& a) {
-  if (a.weight_dtype == SHAPEJIT_F16 || a.weight_dtype == SHAPEJIT_BF16)
+  const int64_t weight_dtype = enum_value(a.weight_dtype), mode = enum_value(a.mode);
+  if (weight_dtype == SHAPEJIT_F16 || weight_dtype == SHAPEJIT_BF16)
     throw Error(Status::kUnsupported, std::string("embedding_bag: weight dtype ") +
-                                          dtype_name(a.weight_dtype) + " is not supported yet (float32 only)");
-  if (a.weight_dtype != SHAPEJIT_F32)
-    invalid(std::string("weight must be a floating-point table, but got dtype ") + dtype_name(a.weight_dtype) +
-            " (" + to_string(int(a.weight_dtype)) + ")");
-  check_index_dtype("indices", a.index_dtype);
-  check_index_dtype("offsets", a.offset_dtype);
-  if (a.mode != SHAPEJIT_SUM && a.mode != SHAPEJIT_MEAN && a.mode != SHAPEJIT_MAX)
-    invalid("mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(int(a.mode)));
+                                          dtype_name(weight_dtype) + " is not supported yet (float32 only)");
+  if (weight_dtype != SHAPEJIT_F32)
+    invalid(std::string("weight must be a floating-point table, but got dtype ") + dtype_name(weight_dtype) +
+            " (" + to_string(weight_dtype) + ")");
+  check_index_dtype("indices", enum_value(a.index_dtype));
+  check_index_dtype("offsets", enum_value(a.offset_dtype));
+  if (mode != SHAPEJIT_SUM && mode != SHAPEJIT_MEAN && mode != SHAPEJIT_MAX)
+    invalid("mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(mode));
   check_non_negative("weight.num_rows", a.num_rows);
   check_non_negative("weight.dim", a.dim);
   check_non_negative("indices.numel", a.num_indices);
@@ -124,16 +136,30 @@ void check_offsets(const shapejit_embedding_bag_args& a) {
   }
 }
 
+// The largest index read as unsigned, so a negative index counts as huge and one compare
+// against the row count checks both bounds. This pass runs on every call before the kernel, so
+// it is vectorised for the host (x86 gets AVX-512/AVX2 clones picked at load time).
+#if defined(__x86_64__) && !defined(__clang__)
+#define SHAPEJIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SHAPEJIT_VECTOR_CLONES
+#endif
+SHAPEJIT_VECTOR_CLONES uint64_t max_unsigned(const int64_t* idx, int64_t n) {
+  uint64_t hi = 0;
+  for (int64_t i = 0; i < n; ++i) hi = std::max(hi, static_cast<uint64_t>(idx[i]));
+  return hi;
+}
+SHAPEJIT_VECTOR_CLONES uint64_t max_unsigned(const int32_t* idx, int64_t n) {
+  uint32_t hi = 0;
+  for (int64_t i = 0; i < n; ++i) hi = std::max(hi, static_cast<uint32_t>(idx[i]));
+  // A negative int32 reads as >= 2^31, which exceeds any row count an int32 index can reach.
+  return hi;
+}
+
 template <class T>
 void check_indices_typed(const T* idx, int64_t n, int64_t rows) {
-  // One branch-free pass finds whether anything is out of range; only then locate the first.
-  T lo = 0, hi = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, idx[i]);
-    hi = std::max(hi, idx[i]);
-  }
-  if (lo >= 0 && (n == 0 || int64_t(hi) < rows)) return;
-  for (int64_t i = 0; i < n; ++i)
+  if (n == 0 || max_unsigned(idx, n) < static_cast<uint64_t>(rows)) return;
+  for (int64_t i = 0; i < n; ++i)  // only on the error path: locate the first bad position
     if (idx[i] < 0 || int64_t(idx[i]) >= rows)
       invalid("indices[" + to_string(i) + "] = " + to_string(int64_t(idx[i])) + " is out of range for a table of " +
               to_string(rows) + " rows (valid: 0 <= index < " + to_string(rows) + ")");

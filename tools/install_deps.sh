@@ -1,26 +1,64 @@
 #!/usr/bin/env bash
 # Installs the Debian packages shapejit needs, only those missing (fast when nothing is).
-# Usage: tools/install_deps.sh [core|test|all]
-#   core: build the library, tools and benchmarks; test: + oracle (libtorch) and emulators.
+# Usage: tools/install_deps.sh [core|test|cross|all]
+#   core:  build the library, tools and benchmarks;
+#   test:  + oracle (libtorch), emulators and clang;
+#   cross: the AArch64 cross build run under qemu (cross g++, qemu-user and the :arm64
+#          libraries; adds the arm64 dpkg architecture once);
+#   all:   test + cross.
 set -euo pipefail
 level=${1:-test}
 
 core=(cmake ninja-build g++ pkgconf libasmjit-dev libsleef-dev libtbb-dev doctest-dev
       libbenchmark-dev libcli11-dev)
 test=(libtorch-dev qemu-user clang libclang-rt-14-dev)
+# The cross build reuses doctest-dev and libcli11-dev (Architecture: all, header-only).
+cross_host=(g++-aarch64-linux-gnu qemu-user)
+cross_target=(libasmjit-dev:arm64 libtbb-dev:arm64 libsleef-dev:arm64)
 
-want=("${core[@]}")
-[ "$level" = core ] || want+=("${test[@]}")
-
-missing=()
-for p in "${want[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "== installing: ${missing[*]}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get -o DPkg::Lock::Timeout=900 update -q
-$SUDO apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "${missing[@]}"
+apt_get() { $SUDO apt-get -o DPkg::Lock::Timeout=900 "$@"; }
+
+# Prints the packages of "$@" that are not installed.
+missing_of() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+# Installs the missing packages of "$@" (one apt-get update first, unless told it is fresh).
+install_missing() {
+  local missing
+  mapfile -t missing < <(missing_of "$@")
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "== installing: ${missing[*]}"
+  [ "${apt_updated:-0}" = 1 ] || apt_get update -q
+  apt_updated=1
+  apt_get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# AArch64 cross stage: cross compiler and qemu first; the :arm64 libraries need the arm64
+# architecture in dpkg (and an apt-get update after adding it). Installing them may upgrade a
+# few amd64 packages, since Multi-Arch: same packages must match versions on both.
+install_cross() {
+  install_missing "${cross_host[@]}"
+  if [ -n "$(missing_of "${cross_target[@]}")" ]; then
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+      echo "== adding the arm64 dpkg architecture"
+      $SUDO dpkg --add-architecture arm64
+      apt_updated=0
+    fi
+    install_missing "${cross_target[@]}"
+  fi
+}
+
+case "$level" in
+  core) install_missing "${core[@]}" ;;
+  test) install_missing "${core[@]}" "${test[@]}" ;;
+  cross) install_cross ;;
+  all) install_missing "${core[@]}" "${test[@]}"; install_cross ;;
+  *) echo "usage: $0 [core|test|cross|all]" >&2; exit 2 ;;
+esac

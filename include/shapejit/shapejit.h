@@ -59,6 +59,81 @@ SHAPEJIT_API int32_t shapejit_get_num_threads(void);
 /* The calling thread's last error message ("" if none). Valid until the thread's next call. */
 SHAPEJIT_API const char* shapejit_last_error(void);
 
+/* ---- Linear groups: fused split-GEMMs (split-gemm-semantics.md) -------------------------
+ * Part p computes Y_p = act(X_p W_p^T + b_p) * scale_p with X_p [m, K_p], W_p [N_p, K_p]
+ * (PyTorch's [out, in] layout) and b_p [N_p], all f32. A group is built once (weights are
+ * copied and packed) and then run any number of times, from any number of threads. */
+typedef enum { SHAPEJIT_ACTIVATION_NONE = 0, SHAPEJIT_ACTIVATION_RELU = 1, SHAPEJIT_ACTIVATION_GELU = 2,
+               SHAPEJIT_ACTIVATION_GELU_TANH = 3, SHAPEJIT_ACTIVATION_SILU = 4 } shapejit_activation;
+/* Row-major [m, N_p] with rows ldy apart, or the contiguous head-split [Nb, H, L, Dh]
+ * (N_p = H * Dh, m = Nb * L) from sequence-first rows (row = l * Nb + n) or batch-first rows
+ * (row = n * L + l). */
+typedef enum { SHAPEJIT_LAYOUT_ROW_MAJOR = 0, SHAPEJIT_LAYOUT_HEADS_SEQ_FIRST = 1,
+               SHAPEJIT_LAYOUT_HEADS_BATCH_FIRST = 2 } shapejit_layout;
+/* Packed: one weight [weight_rows, k] whose row ranges are the parts' weights (in_proj_weight).
+ * Separate: one weight per part, K may differ per part (kdim / vdim). */
+typedef enum { SHAPEJIT_WEIGHTS_PACKED = 0, SHAPEJIT_WEIGHTS_SEPARATE = 1 } shapejit_weight_form;
+
+typedef struct {
+  int64_t row_begin;          /* first row of the part in the packed weight and in the packed bias */
+  int64_t rows;               /* N_p >= 1 */
+  const float* weight;        /* separate form: [rows, k], rows weight_stride apart; NULL when packed */
+  int64_t k;                  /* separate form: K_p >= 1; packed form: 0 or the packed k */
+  int64_t weight_stride;      /* separate form: >= k; packed form: 0 */
+  shapejit_activation activation;
+  int32_t has_scale; float scale; /* scale applied after the activation when has_scale != 0 */
+  shapejit_layout layout;
+  int64_t heads;              /* head-split layouts: H >= 1, dividing rows; ignored for row-major */
+} shapejit_linear_part_desc;
+
+typedef struct {
+  shapejit_weight_form form;
+  const float* weight;        /* packed form: [weight_rows, k], rows weight_stride (>= k) apart */
+  int64_t weight_rows, k, weight_stride;  /* separate form: weight NULL, all three 0 */
+  const float* bias;          /* NULL, or the packed bias of bias_len values (part p reads */
+  int64_t bias_len;           /* bias[row_begin, row_begin + rows)) */
+  const shapejit_linear_part_desc* parts;
+  int64_t num_parts;          /* >= 1 */
+} shapejit_linear_group_desc;
+
+/* One part's input and output for one run. Parts may pass the same input. */
+typedef struct {
+  const float* x; int64_t m, k, ldx;  /* X [m, k] (k must equal the part's K), rows ldx >= k apart */
+  float* y;                           /* may be NULL when m == 0 */
+  int64_t ldy;                        /* row-major: >= N_p; ignored for head-split */
+  int64_t batch, seq_len;             /* head-split: Nb and L with Nb * L == m; ignored for row-major */
+} shapejit_linear_group_io;
+
+typedef struct shapejit_linear_group shapejit_linear_group;
+
+/* Validates desc, copies (packs) the weights and bias and sets *out; on failure *out is unchanged. */
+SHAPEJIT_API shapejit_status shapejit_linear_group_create(const shapejit_linear_group_desc* desc,
+                                                          shapejit_linear_group** out);
+/* Runs every part: io holds num_io == the group's num_parts entries. Every argument is checked
+ * before any output is written; outputs must not overlap each other or any input. */
+SHAPEJIT_API shapejit_status shapejit_linear_group_run(const shapejit_linear_group* group,
+                                                       const shapejit_linear_group_io* io, int64_t num_io);
+/* Frees the group (NULL is a no-op). */
+SHAPEJIT_API shapejit_status shapejit_linear_group_destroy(shapejit_linear_group* group);
+
+/* Embedding-bag kernel cache statistics (counters since the process started). */
+typedef struct {
+  int64_t hits;                /* lookups served by a cached or in-flight compilation */
+  int64_t misses;              /* lookups that started a compilation */
+  int64_t compilations;        /* compilations that succeeded */
+  int64_t failed_compilations; /* compilations that failed (never cached; retried on next use) */
+  int64_t compile_time_ns;     /* wall time spent compiling */
+  int64_t code_bytes;          /* JIT code held */
+  int64_t kernels;             /* kernels held */
+  int64_t generic_fallbacks;   /* lookups run on the generic kernel because of the code limit */
+  int64_t code_limit_bytes;    /* the code-memory limit in force */
+} shapejit_kernel_cache_stats;
+SHAPEJIT_API shapejit_status shapejit_get_kernel_cache_stats(shapejit_kernel_cache_stats* stats);
+/* Bound on JIT code memory: once the cache holds this many bytes, new shapes run a generic
+ * kernel (slower, same results). bytes < 0 restores the default (SHAPEJIT_CODE_LIMIT_BYTES,
+ * else 64 MiB); 0 compiles nothing new. */
+SHAPEJIT_API shapejit_status shapejit_set_code_memory_limit(int64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

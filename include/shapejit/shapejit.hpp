@@ -110,4 +110,101 @@ EmbeddingBagResult embedding_bag_2d(const TableView& weight, IndexView indices, 
 void set_num_threads(int n);
 int num_threads();
 
+// ---- Linear groups: fused split-GEMMs (split-gemm-semantics.md) ----------------------------
+
+/// Activation applied after the bias and before the scale.
+enum class Activation : int {
+  kNone = SHAPEJIT_ACTIVATION_NONE, kRelu = SHAPEJIT_ACTIVATION_RELU, kGelu = SHAPEJIT_ACTIVATION_GELU,
+  kGeluTanh = SHAPEJIT_ACTIVATION_GELU_TANH, kSilu = SHAPEJIT_ACTIVATION_SILU,
+};
+
+/// A part's output: row-major [m, N], or head-split [Nb, H, L, Dh] from sequence- or batch-first rows.
+enum class OutputLayout : int {
+  kRowMajor = SHAPEJIT_LAYOUT_ROW_MAJOR,
+  kHeadsSeqFirst = SHAPEJIT_LAYOUT_HEADS_SEQ_FIRST,
+  kHeadsBatchFirst = SHAPEJIT_LAYOUT_HEADS_BATCH_FIRST,
+};
+
+/// Whether the parts' weights are row ranges of one packed weight or one weight each.
+enum class WeightForm : int { kPacked = SHAPEJIT_WEIGHTS_PACKED, kSeparate = SHAPEJIT_WEIGHTS_SEPARATE };
+
+/// One part of a linear group: where its weight and bias rows are, and its epilogue.
+struct LinearPart {
+  int64_t row_begin = 0;          ///< first row in the packed weight and in the packed bias
+  int64_t rows = 0;               ///< N_p
+  const float* weight = nullptr;  ///< separate form only: [rows, k]
+  int64_t k = 0;                  ///< separate form: K_p (packed form: 0 means the packed k)
+  int64_t weight_stride = 0;      ///< separate form: row stride of weight, 0 means k
+  Activation activation = Activation::kNone;
+  float scale = 1.0f;             ///< multiplies the activated value (e.g. 1/sqrt(Dh) for q)
+  OutputLayout layout = OutputLayout::kRowMajor;
+  int64_t heads = 1;              ///< H for the head-split layouts (must divide rows)
+
+  /// The C ABI form of this part (strides of 0 resolved).
+  shapejit_linear_part_desc to_c(WeightForm form) const;
+};
+
+/// Everything a LinearGroup is built from; the weights and bias are copied at build time.
+struct LinearGroupDesc {
+  WeightForm form = WeightForm::kPacked;
+  const float* weight = nullptr;      ///< packed form: [weight_rows, k]
+  int64_t weight_rows = 0, k = 0;
+  int64_t weight_stride = 0;          ///< packed form: 0 means k
+  std::span<const float> bias;        ///< empty, or the packed bias (part p reads [row_begin, +rows))
+  std::vector<LinearPart> parts;
+
+  /// Packed form, e.g. nn.MultiheadAttention's in_proj_weight [3E, E] and in_proj_bias [3E].
+  static LinearGroupDesc packed(const float* weight, int64_t rows, int64_t k, std::span<const float> bias,
+                                std::vector<LinearPart> parts);
+  /// Separate form (kdim / vdim): each part brings its weight; the bias may still be packed.
+  static LinearGroupDesc separate(std::vector<LinearPart> parts, std::span<const float> bias = {});
+};
+
+/// One part's input for a run: X [m, k] with rows ldx apart (0 means k).
+struct LinearInput {
+  const float* x = nullptr;
+  int64_t m = 0, k = 0, ldx = 0;
+};
+
+/// One part's output for a run: row-major rows ldy apart (0 means N_p), or head-split with
+/// batch * seq_len == m.
+struct LinearOutput {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int64_t batch = 0, seq_len = 0;
+};
+
+/// A group of linear projections built once and run as one call (see shapejit_linear_group_*).
+class LinearGroup {
+ public:
+  /// Validates and builds the group; throws Error on invalid input.
+  explicit LinearGroup(const LinearGroupDesc& desc);
+  LinearGroup(LinearGroup&& other) noexcept;
+  LinearGroup& operator=(LinearGroup&& other) noexcept;
+  LinearGroup(const LinearGroup&) = delete;
+  LinearGroup& operator=(const LinearGroup&) = delete;
+  ~LinearGroup();
+
+  /// Number of parts (inputs and outputs per run).
+  int64_t num_parts() const;
+  /// Runs every part; all arguments are checked before any output is written (throws Error).
+  void run(std::span<const LinearInput> inputs, std::span<const LinearOutput> outputs) const;
+  /// The underlying C handle (owned by this object).
+  const shapejit_linear_group* c_handle() const noexcept { return group_; }
+
+ private:
+  shapejit_linear_group* group_ = nullptr;
+};
+
+/// Embedding-bag kernel cache statistics (see shapejit_kernel_cache_stats).
+struct KernelCacheStats {
+  int64_t hits = 0, misses = 0, compilations = 0, failed_compilations = 0;
+  int64_t compile_time_ns = 0, code_bytes = 0, kernels = 0, generic_fallbacks = 0;
+  int64_t code_limit_bytes = 0;
+};
+/// The kernel cache's counters so far.
+KernelCacheStats kernel_cache_stats();
+/// Bound on JIT code bytes; beyond it new shapes run the generic kernel (< 0 restores the default).
+void set_code_memory_limit(int64_t bytes);
+
 }  // namespace shapejit

@@ -1,0 +1,383 @@
+// Embedding-bag benchmarks: the library (jit) against its reference (ref), libtorch (aten) and
+// the gather limit of the machine (limit), side by side in one process.
+//
+// Names: embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads>
+//   impl  jit    the public C API (shapejit_embedding_bag, shapejit_set_num_threads(threads))
+//         ref    shapejit::ref::embedding_bag, called directly (one thread; no t2 rows)
+//         aten   at::_embedding_bag_forward_only, at::set_num_threads(1) (t1 rows only)
+//         limit  bench/gather_limit.cpp: minimal AVX-512 gather with prefetch 16 indices ahead;
+//                at t2 the bags are split in two halves of equal index count on a 2-thread
+//                tbb::task_arena
+//   mode  sum, mean, wsum (sum with per_sample_weights), max
+//   len   indices per bag; `zipf32` = Zipf-like lengths (bag of rank r gets ~1/r of the
+//         indices) with the same total as 32 per bag, bag order shuffled
+// Cases: D in {32, 64, 128, 256, 512} x every mode on 4096-row tables with 256 bags x 32
+// uniform random int64 indices (the seed workload is `sum/4096x128/256x32`); a 1,000,000 x 128
+// table, sum, cold: every call takes the next of 122 disjoint index sets that together are a
+// permutation of the table's rows (one cursor shared by all implementations), so a row comes
+// back only after the whole 512 MB table has been streamed; power-law lengths (`256xzipf32`) on
+// the 4096 x 128 table, sum. Every case runs at t1 (all four implementations) and t2 (jit,
+// limit). Tables are 64-byte aligned plain allocations (4 KiB pages: THP is madvise-only
+// on the build machine and the benchmark does not madvise).
+//
+// Timing (bench_main.cpp): every benchmark runs --benchmark_repetitions times (default 7) of
+// --benchmark_min_time (default 0.05 s) with --benchmark_enable_random_interleaving (default
+// on), so the repetitions of every implementation of a case are spread over the whole run,
+// interleaved with each other. Every call is also timed on its own, and a row's time is the
+// fastest call over all repetitions (counter `min_call_seconds`), i.e. min-of-N with N = calls,
+// the figure least disturbed by the other processes of the shared machine. Each benchmark sets the
+// counter `bytes` = row bytes gathered per call (non-padding indices x D x 4);
+// embedding_bag_rows.cpp turns it into GBps and computes, on jit rows, vs_limit = time(limit row of
+// the same case and threads) / time(jit row) and vs_aten = time(aten t1 row of the same case) /
+// time(jit row), i.e. ratios of GB/s from rows of the same run (ref and aten rows also get
+// vs_limit, ref rows vs_aten); at t2, vs_aten is jit on 2 threads against ATen on 1. A filter that
+// drops the limit or aten row of a case leaves the ratio empty.
+//
+// Before its first timing every (impl, mode, case) is checked once against the reference
+// output on index set 0; a mismatch fails the row.
+#include <benchmark/benchmark.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "aten_runner.hpp"
+#include "gather_limit.hpp"
+#include "ref/embedding_bag.hpp"
+#include "shapejit/shapejit.h"
+#include "workload.hpp"
+
+namespace shapejit::bench {
+namespace {
+
+enum class Impl { kLimit, kAten, kRef, kJit };
+
+const char* impl_name(Impl impl) {
+  switch (impl) {
+    case Impl::kLimit:
+      return "limit";
+    case Impl::kAten:
+      return "aten";
+    case Impl::kRef:
+      return "ref";
+    case Impl::kJit:
+      return "jit";
+  }
+  return "?";
+}
+
+struct ModeSpec {
+  const char* name;
+  shapejit_mode mode;
+  bool weighted;
+  LimitOp limit_op;
+  int aten_mode;
+};
+
+constexpr ModeSpec kSum{"sum", SHAPEJIT_SUM, false, LimitOp::kSum, 0};
+constexpr ModeSpec kMean{"mean", SHAPEJIT_MEAN, false, LimitOp::kMean, 1};
+constexpr ModeSpec kWeightedSum{"wsum", SHAPEJIT_SUM, true, LimitOp::kWeightedSum, 0};
+constexpr ModeSpec kMax{"max", SHAPEJIT_MAX, false, LimitOp::kMax, 2};
+
+struct Case {
+  Impl impl;
+  ModeSpec mode;
+  WorkloadSpec data;
+  int threads;
+
+  std::string name() const {
+    return std::string("embedding_bag/") + impl_name(impl) + "/" + mode.name + "/" + data.name() +
+           "/t" + std::to_string(threads);
+  }
+  /// The case without the implementation: what the output check and the ratios match on.
+  std::string problem() const {
+    return std::string(mode.name) + "/" + data.name() + (data.cold ? "/cold" : "");
+  }
+};
+
+shapejit_embedding_bag_args make_args(const Workload& w, int64_t set, const ModeSpec& mode) {
+  shapejit_embedding_bag_args a{};
+  a.weight = w.table();
+  a.weight_dtype = SHAPEJIT_F32;
+  a.num_rows = w.spec().rows;
+  a.dim = w.spec().dim;
+  a.row_stride = w.spec().dim;
+  a.indices = w.indices(set);
+  a.index_dtype = SHAPEJIT_I64;
+  a.num_indices = w.num_indices();
+  a.offsets = w.offsets().data();
+  a.offset_dtype = SHAPEJIT_I64;
+  a.num_offsets = int64_t(w.offsets().size());
+  a.per_sample_weights = mode.weighted ? w.per_sample_weights().data() : nullptr;
+  a.mode = mode.mode;
+  return a;
+}
+
+// One implementation bound to one case; run() is what the timed loop calls.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual void prepare() {}
+  virtual void run(int64_t set) = 0;
+  virtual const float* output() const = 0;
+};
+
+// Outputs of the library-shaped implementations (jit, ref): all four ATen outputs.
+struct LibraryOutputs {
+  std::vector<float> output;
+  std::vector<int64_t> offset2bag, bag_size, max_indices;
+
+  explicit LibraryOutputs(const shapejit_embedding_bag_shapes& s)
+      : output(size_t(s.output_rows * s.output_cols)),
+        offset2bag(size_t(std::max<int64_t>(s.offset2bag_len, 1))),
+        bag_size(size_t(std::max<int64_t>(s.bag_size_len, 1))),
+        max_indices(size_t(std::max<int64_t>(s.max_indices_rows * s.max_indices_cols, 1))) {}
+};
+
+class JitRunner final : public Runner {
+ public:
+  JitRunner(const Workload& w, const ModeSpec& mode, int threads)
+      : w_(w), mode_(mode), threads_(threads), out_(shapes(make_args(w, 0, mode))) {}
+  void prepare() override {
+    if (shapejit_set_num_threads(threads_) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_set_num_threads: ") + shapejit_last_error());
+  }
+  void run(int64_t set) override {
+    const auto args = make_args(w_, set, mode_);
+    if (shapejit_embedding_bag(&args, out_.output.data(), out_.offset2bag.data(),
+                               out_.bag_size.data(), out_.max_indices.data()) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_embedding_bag: ") + shapejit_last_error());
+  }
+  const float* output() const override { return out_.output.data(); }
+
+ private:
+  static shapejit_embedding_bag_shapes shapes(const shapejit_embedding_bag_args& args) {
+    shapejit_embedding_bag_shapes s{};
+    if (shapejit_embedding_bag_output_shapes(&args, &s) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_embedding_bag_output_shapes: ") +
+                               shapejit_last_error());
+    return s;
+  }
+  const Workload& w_;
+  ModeSpec mode_;
+  int threads_;
+  LibraryOutputs out_;
+};
+
+class RefRunner final : public Runner {
+ public:
+  RefRunner(const Workload& w, const ModeSpec& mode)
+      : w_(w), mode_(mode), out_(ref::embedding_bag_shapes(make_args(w, 0, mode))) {}
+  void run(int64_t set) override {
+    ref::embedding_bag(make_args(w_, set, mode_), out_.output.data(), out_.offset2bag.data(),
+                       out_.bag_size.data(), out_.max_indices.data());
+  }
+  const float* output() const override { return out_.output.data(); }
+
+ private:
+  const Workload& w_;
+  ModeSpec mode_;
+  LibraryOutputs out_;
+};
+
+class AtenCaseRunner final : public Runner {
+ public:
+  AtenCaseRunner(const Workload& w, const ModeSpec& mode, int threads)
+      : aten_(w, mode.aten_mode, mode.weighted, threads) {}
+  void prepare() override { aten_.prepare(); }
+  void run(int64_t set) override { aten_.run(set); }
+  const float* output() const override { return aten_.output(); }
+
+ private:
+  AtenRunner aten_;
+};
+
+class LimitRunner final : public Runner {
+ public:
+  LimitRunner(const Workload& w, const ModeSpec& mode, int threads)
+      : w_(w), threads_(threads), output_(size_t(w.spec().bags * w.spec().dim)) {
+    if (!limit_host_supported())
+      throw std::runtime_error("limit: the host lacks AVX-512F/BW/DQ/VL");
+    if (!limit_dim_supported(w.spec().dim))
+      throw std::runtime_error("limit: no kernel for D=" + std::to_string(w.spec().dim));
+    args_.table = w.table();
+    args_.row_stride = w.spec().dim;
+    args_.dim = w.spec().dim;
+    args_.num_indices = w.num_indices();
+    args_.offsets = w.offsets().data();
+    args_.num_offsets = int64_t(w.offsets().size());
+    args_.per_sample_weights = w.per_sample_weights().data();
+    args_.op = mode.limit_op;
+    args_.output = output_.data();
+    // Chunk c starts at the first bag whose offset reaches c/threads of the indices.
+    for (int c = 0; c <= threads; ++c) {
+      const int64_t target = w.num_indices() * c / threads;
+      const auto& off = w.offsets();
+      chunk_begin_.push_back(
+          c == threads ? int64_t(off.size())
+                       : int64_t(std::lower_bound(off.begin(), off.end(), target) - off.begin()));
+    }
+  }
+  void run(int64_t set) override {
+    args_.indices = w_.indices(set);
+    if (threads_ == 1) {
+      limit_embedding_bag(args_, 0, args_.num_offsets);
+      return;
+    }
+    arena().execute([&] {
+      tbb::parallel_for(
+          0, threads_,
+          [&](int c) {
+            limit_embedding_bag(args_, chunk_begin_[size_t(c)], chunk_begin_[size_t(c) + 1]);
+          },
+          tbb::static_partitioner());
+    });
+  }
+  const float* output() const override { return output_.data(); }
+
+ private:
+  tbb::task_arena& arena() {
+    static std::map<int, std::unique_ptr<tbb::task_arena>> arenas;
+    static std::mutex mutex;
+    std::lock_guard lock(mutex);
+    auto& a = arenas[threads_];
+    if (!a) a = std::make_unique<tbb::task_arena>(threads_);
+    return *a;
+  }
+  const Workload& w_;
+  int threads_;
+  std::vector<float> output_;
+  LimitArgs args_;
+  std::vector<int64_t> chunk_begin_;
+};
+
+std::unique_ptr<Runner> make_runner(const Case& c, const Workload& w) {
+  switch (c.impl) {
+    case Impl::kLimit:
+      return std::make_unique<LimitRunner>(w, c.mode, c.threads);
+    case Impl::kAten:
+      return std::make_unique<AtenCaseRunner>(w, c.mode, c.threads);
+    case Impl::kRef:
+      return std::make_unique<RefRunner>(w, c.mode);
+    case Impl::kJit:
+      return std::make_unique<JitRunner>(w, c.mode, c.threads);
+  }
+  throw std::logic_error("unknown impl");
+}
+
+// The expected output of a problem on index set 0: the reference's.
+const std::vector<float>& expected_output(const Case& c, const Workload& w) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<float>> cache;
+  std::lock_guard lock(mutex);
+  auto [it, inserted] = cache.try_emplace(c.problem());
+  if (!inserted) return it->second;
+  RefRunner oracle(w, c.mode);
+  oracle.run(0);
+  it->second.assign(oracle.output(), oracle.output() + w.spec().bags * w.spec().dim);
+  return it->second;
+}
+
+// Sums and FMAs in index order are exact matches for every implementation here; the tolerance
+// only admits a peer that rounds differently (one rounding per term), never a wrong row.
+void check_output_once(const Case& c, Workload& w, Runner& runner) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> checked;
+  {
+    std::lock_guard lock(mutex);
+    if (checked[c.name()]) return;
+  }
+  const std::vector<float>& expected = expected_output(c, w);
+  runner.prepare();
+  runner.run(0);
+  const float* got = runner.output();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double tolerance = 1e-5 * (1.0 + std::fabs(expected[i]));
+    if (!(std::fabs(double(got[i]) - double(expected[i])) <= tolerance))
+      throw std::runtime_error("output[" + std::to_string(i / size_t(w.spec().dim)) + "][" +
+                               std::to_string(i % size_t(w.spec().dim)) +
+                               "] = " + std::to_string(got[i]) + ", reference " +
+                               std::to_string(expected[i]));
+  }
+  std::lock_guard lock(mutex);
+  checked[c.name()] = true;
+}
+
+void run_case(benchmark::State& state, const Case& c) {
+  try {
+    Workload& w = workload_for(c.data);
+    const auto runner = make_runner(c, w);
+    check_output_once(c, w, *runner);
+    runner->prepare();
+    // Untimed warm-up of at least 1 ms: caches (warm cases) and the thread pools of t2 (OpenMP
+    // and TBB workers asleep since another benchmark ran), so that Google Benchmark's iteration
+    // estimate is not made from one slow first call.
+    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    for (int calls = 0; calls < 2 || std::chrono::steady_clock::now() < warm_until; ++calls)
+      runner->run(w.next_set());
+    // Each call is timed on its own as well: the fastest call is the figure least disturbed by
+    // the other processes of a shared 2-core machine (a repetition's mean always includes some).
+    double fastest = std::numeric_limits<double>::infinity();
+    for (auto _ : state) {
+      const auto start = std::chrono::steady_clock::now();
+      runner->run(w.next_set());
+      benchmark::ClobberMemory();
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      fastest = std::min(fastest, took.count());
+    }
+    // Plain per-call values; the reporter turns them into the row's time and GB/s.
+    state.counters["bytes"] = w.row_bytes_per_call();
+    state.counters["min_call_seconds"] = fastest;
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+double min_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
+}
+
+void register_case(const Case& c) {
+  // Real time decides the iteration count, since t2 work runs on other threads too (Google
+  // Benchmark then appends "/real_time" in --benchmark_list_tests; the reporter does not).
+  benchmark::RegisterBenchmark(c.name().c_str(), [c](benchmark::State& s) { run_case(s, c); })
+      ->ComputeStatistics("min", min_of)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+// Per problem: t1 limit, aten, ref, jit; then t2 limit, jit. ATen is the 1-thread peer (its
+// OpenMP pool at 2 threads is erratic on the shared 2-core machine next to the TBB pools: calls
+// of milliseconds instead of microseconds), so there is no aten t2 row.
+void register_problem(const ModeSpec& mode, const WorkloadSpec& data) {
+  for (Impl impl : {Impl::kLimit, Impl::kAten, Impl::kRef, Impl::kJit})
+    register_case({impl, mode, data, 1});
+  for (Impl impl : {Impl::kLimit, Impl::kJit}) register_case({impl, mode, data, 2});
+}
+
+bool register_all() {
+  for (int64_t dim : {32, 64, 128, 256, 512})
+    for (const ModeSpec& mode : {kSum, kMean, kWeightedSum, kMax})
+      register_problem(mode, WorkloadSpec{.rows = 4096, .dim = dim, .bags = 256, .mean_len = 32});
+  register_problem(
+      kSum, WorkloadSpec{.rows = 1000000, .dim = 128, .bags = 256, .mean_len = 32, .cold = true});
+  register_problem(
+      kSum,
+      WorkloadSpec{
+          .rows = 4096, .dim = 128, .bags = 256, .mean_len = 32, .lengths = LengthDist::kZipf});
+  return true;
+}
+
+[[maybe_unused]] const bool kRegistered = register_all();
+
+}  // namespace
+}  // namespace shapejit::bench

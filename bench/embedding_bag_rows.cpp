@@ -1,0 +1,109 @@
+// Figures of the embedding-bag rows (names in embedding_bag_bench.cpp): GB/s of row bytes and
+// the ratios to the limit and ATen rows of the same case, all from rows of the same run.
+//   GBps      counter `bytes` (row bytes gathered per call) / minimum time per call, in GB/s
+//   vs_limit  on jit, ref and aten rows: time of embedding_bag/limit/<case> / this row's time
+//   vs_aten   on jit and ref rows: time of embedding_bag/aten/<case> / this row's time, where
+//             the aten row at the same thread count is used when there is one, else the t1 row
+//             (ATen is benchmarked on 1 thread only)
+// where <case> = <mode>/<rows>x<dim>/<bags>x<len>/t<threads>. Both ratios equal this row's GB/s
+// over the peer's; they stay empty when the peer row did not run or failed.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_rows.hpp"
+
+namespace shapejit::bench {
+namespace {
+
+constexpr const char* kPrefix = "embedding_bag/";
+
+struct EmbagName {
+  std::string impl;
+  std::string problem;  // <mode>/<rows>x<dim>/<bags>x<len>/t<threads>
+};
+
+std::optional<EmbagName> parse(const std::string& name) {
+  const std::string prefix = kPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const size_t slash = name.find('/', prefix.size());
+  if (slash == std::string::npos) return std::nullopt;
+  return EmbagName{name.substr(prefix.size(), slash - prefix.size()), name.substr(slash + 1)};
+}
+
+void finish(std::vector<BenchRow*>& rows) {
+  std::map<std::string, double> limit, aten;  // case -> seconds
+  for (const BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n || r->error || r->seconds <= 0) continue;
+    if (n->impl == "limit") limit[n->problem] = r->seconds;
+    if (n->impl == "aten") aten[n->problem] = r->seconds;
+  }
+  const auto ratio = [](const std::map<std::string, double>& peer, const std::string& problem,
+                        double seconds) {
+    const auto it = peer.find(problem);
+    return it == peer.end() ? std::nullopt : std::optional<double>(it->second / seconds);
+  };
+  // <mode>/<shape>/<bags>/t<n> -> the same case at t1.
+  const auto at_t1 = [](const std::string& problem) {
+    return problem.substr(0, problem.rfind("/t") + 2) + "1";
+  };
+  for (BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n || r->error || r->seconds <= 0) continue;
+    r->set("GBps", r->giga_per_second("bytes"));
+    if (n->impl != "limit") r->set("vs_limit", ratio(limit, n->problem, r->seconds));
+    if (n->impl == "jit" || n->impl == "ref")
+      r->set("vs_aten", aten.count(n->problem) ? ratio(aten, n->problem, r->seconds)
+                                               : ratio(aten, at_t1(n->problem), r->seconds));
+  }
+}
+
+std::string cell(std::optional<double> v, const char* format) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, *v);
+  return buf;
+}
+
+// One line per case with every implementation's GB/s side by side.
+void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, const BenchRow*>> by_case;
+  for (const BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n) continue;
+    if (!by_case.count(n->problem)) order.push_back(n->problem);
+    by_case[n->problem][n->impl] = r;
+  }
+  size_t width = 4;
+  for (const auto& p : order) width = std::max(width, p.size());
+  char line[256];
+  out << "\nembedding_bag: GB/s of row bytes at the minimum time, side by side\n";
+  std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s\n", int(width), "case", "limit",
+                "aten", "ref", "jit", "jit/limit", "jit/aten");
+  out << line;
+  for (const auto& p : order) {
+    const auto& impls = by_case[p];
+    const auto gbps = [&](const char* impl) -> std::string {
+      const auto it = impls.find(impl);
+      if (it == impls.end()) return "";
+      return it->second->error ? "err" : cell(it->second->column("GBps"), "%.1f");
+    };
+    const auto jit = impls.find("jit");
+    const BenchRow* j = jit != impls.end() && !jit->second->error ? jit->second : nullptr;
+    std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s\n", int(width), p.c_str(),
+                  gbps("limit").c_str(), gbps("aten").c_str(), gbps("ref").c_str(),
+                  gbps("jit").c_str(), j ? cell(j->column("vs_limit"), "%.3f").c_str() : "",
+                  j ? cell(j->column("vs_aten"), "%.3f").c_str() : "");
+    out << line;
+  }
+}
+
+[[maybe_unused]] const bool kRegistered = register_row_family({kPrefix, finish, summary});
+
+}  // namespace
+}  // namespace shapejit::bench

@@ -1,0 +1,135 @@
+// The limit kernel: the simplest AVX-512 loop that gathers rows into zmm accumulators, with
+// software prefetch. Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl (this file only,
+// see bench/CMakeLists.txt). It deliberately uses no standard-library templates or inline
+// functions from shared headers, so no AVX-512 copy of a shared inline function can leak into
+// the rest of the binary through the linker's choice among duplicate definitions.
+#include "gather_limit.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace shapejit::bench {
+
+#if defined(__x86_64__)
+namespace {
+
+// One bag range at compile-time width kDim: kDim / 16 accumulators live in zmm registers for
+// the whole bag; every gathered row is kDim / 16 loads folded into the arithmetic.
+template <int kDim, LimitOp kOp>
+void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+  constexpr int kVecs = kDim / 16;
+  constexpr int kLinesPerRow = kDim * 4 / 64;
+  const int64_t last = a.num_indices - 1;
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const int64_t begin = a.offsets[b];
+    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
+    __m512 acc[kVecs];
+    // Every loop over v (and over cache lines) is unrolled so acc[] lives in registers.
+#pragma GCC unroll 32
+    for (int v = 0; v < kVecs; ++v)
+      acc[v] = kOp == LimitOp::kMax ? _mm512_set1_ps(-__builtin_inff()) : _mm512_setzero_ps();
+    for (int64_t i = begin; i < end; ++i) {
+      // The prefetch follows the global index stream, so it runs ahead across bag boundaries.
+      const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
+      const char* next = reinterpret_cast<const char*>(a.table + a.indices[ahead] * a.row_stride);
+#pragma GCC unroll 32
+      for (int l = 0; l < kLinesPerRow; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      const float* row = a.table + a.indices[i] * a.row_stride;
+      if constexpr (kOp == LimitOp::kWeightedSum) {
+        const __m512 w = _mm512_set1_ps(a.per_sample_weights[i]);
+#pragma GCC unroll 32
+        for (int v = 0; v < kVecs; ++v)
+          acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(row + 16 * v), acc[v]);
+      } else if constexpr (kOp == LimitOp::kMax) {
+        // The masked form with a full mask is the same vmaxps; the unmasked intrinsic trips a
+        // false -Wmaybe-uninitialized in GCC 12's header.
+#pragma GCC unroll 32
+        for (int v = 0; v < kVecs; ++v)
+          acc[v] = _mm512_mask_max_ps(acc[v], 0xFFFF, acc[v], _mm512_loadu_ps(row + 16 * v));
+      } else {
+#pragma GCC unroll 32
+        for (int v = 0; v < kVecs; ++v)
+          acc[v] = _mm512_add_ps(acc[v], _mm512_loadu_ps(row + 16 * v));
+      }
+    }
+    if constexpr (kOp == LimitOp::kMean) {
+      const __m512 count = _mm512_set1_ps(static_cast<float>(end > begin ? end - begin : 1));
+#pragma GCC unroll 32
+      for (int v = 0; v < kVecs; ++v) acc[v] = _mm512_div_ps(acc[v], count);
+    }
+    if (kOp == LimitOp::kMax && end == begin) {
+#pragma GCC unroll 32
+      for (int v = 0; v < kVecs; ++v) acc[v] = _mm512_setzero_ps();
+    }
+    float* out = a.output + b * a.dim;
+#pragma GCC unroll 32
+    for (int v = 0; v < kVecs; ++v) _mm512_storeu_ps(out + 16 * v, acc[v]);
+  }
+}
+
+template <int kDim>
+void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+  switch (a.op) {
+    case LimitOp::kSum:
+      gather_bags<kDim, LimitOp::kSum>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kMean:
+      gather_bags<kDim, LimitOp::kMean>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kWeightedSum:
+      gather_bags<kDim, LimitOp::kWeightedSum>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kMax:
+      gather_bags<kDim, LimitOp::kMax>(a, bag_begin, bag_end);
+      return;
+  }
+}
+
+}  // namespace
+
+// A scalar bit test: nothing here for the compiler to vectorise, so it is safe to call on any
+// x86-64 host although this file is compiled for AVX-512.
+bool limit_host_supported() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+bool limit_dim_supported(int64_t dim) {
+  return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256 || dim == 512;
+}
+
+bool limit_embedding_bag(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
+  switch (args.dim) {
+    case 16:
+      gather_bags_op<16>(args, bag_begin, bag_end);
+      return true;
+    case 32:
+      gather_bags_op<32>(args, bag_begin, bag_end);
+      return true;
+    case 64:
+      gather_bags_op<64>(args, bag_begin, bag_end);
+      return true;
+    case 128:
+      gather_bags_op<128>(args, bag_begin, bag_end);
+      return true;
+    case 256:
+      gather_bags_op<256>(args, bag_begin, bag_end);
+      return true;
+    case 512:
+      gather_bags_op<512>(args, bag_begin, bag_end);
+      return true;
+    default:
+      return false;
+  }
+}
+
+#else  // not x86-64: there is no limit kernel; its rows report the host as unsupported
+
+bool limit_host_supported() { return false; }
+bool limit_dim_supported(int64_t) { return false; }
+bool limit_embedding_bag(const LimitArgs&, int64_t, int64_t) { return false; }
+
+#endif
+
+}  // namespace shapejit::bench

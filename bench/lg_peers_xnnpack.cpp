@@ -1,0 +1,97 @@
+// XNNPACK peer of the linear-group benchmark (libxnnpack-dev + libpthreadpool-dev, built with
+// SHAPEJIT_BENCH_XNNPACK).
+//
+// xnnpack_3x: one fully-connected operator per part, created once from the part's slice of the
+// packed weight ([N_p, K] is XNNPACK's [output_channels, input_channels] kernel layout, packed by
+// XNNPACK at creation) with its bias slice, set up once for the case's batch size and buffers;
+// the run is three xnn_run_operator calls. One thread runs on the caller (no pthreadpool), more
+// use a pthreadpool of that size (set up again when the thread count changes, untimed).
+#include "lg_peers_common.hpp"
+
+#if defined(SHAPEJIT_BENCH_XNNPACK)
+#include <pthreadpool.h>
+#include <xnnpack.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#endif
+
+namespace shapejit::bench {
+
+#if defined(SHAPEJIT_BENCH_XNNPACK)
+namespace {
+
+void check(xnn_status status, const char* what) {
+  if (status != xnn_status_success)
+    throw std::runtime_error(std::string("XNNPACK ") + what + " failed with status " + std::to_string(int(status)));
+}
+
+class XnnpackImpl final : public LgImpl {
+ public:
+  explicit XnnpackImpl(const LgData& data) : d_(data), outs_(*data.c) {
+    static const xnn_status init = xnn_initialize(nullptr);
+    check(init, "xnn_initialize");
+    const LgCase& c = *data.c;
+    for (const LgPart& p : c.parts) {
+      xnn_operator_t op = nullptr;
+      check(xnn_create_fully_connected_nc_f32(size_t(c.k), size_t(p.rows), size_t(c.k), size_t(p.rows),
+                                              data.part_weight(p), data.part_bias(p), -INFINITY, INFINITY,
+                                              0, &op),
+            "xnn_create_fully_connected_nc_f32");
+      ops_.push_back(op);
+    }
+  }
+  ~XnnpackImpl() override {
+    for (xnn_operator_t op : ops_) xnn_delete_operator(op);
+    for (auto& [threads, pool] : pools_)
+      if (pool != nullptr) pthreadpool_destroy(pool);
+  }
+  XnnpackImpl(const XnnpackImpl&) = delete;
+  XnnpackImpl& operator=(const XnnpackImpl&) = delete;
+
+  // The setup binds batch size, buffers and thread pool; it is redone only when the thread
+  // count changes (one thread: no pool, the caller computes).
+  void activate(int threads) override {
+    if (threads == active_threads_) return;
+    auto [it, inserted] = pools_.try_emplace(threads, nullptr);
+    if (inserted && threads > 1) it->second = pthreadpool_create(size_t(threads));
+    pool_ = it->second;
+    const LgCase& c = *d_.c;
+    for (size_t i = 0; i < ops_.size(); ++i)
+      check(xnn_setup_fully_connected_nc_f32(ops_[i], size_t(c.m_of(c.parts[i])), d_.part_input(c.parts[i]),
+                                             outs_.part(i), pool_),
+            "xnn_setup_fully_connected_nc_f32");
+    active_threads_ = threads;
+  }
+
+  void run() override {
+    for (xnn_operator_t op : ops_) check(xnn_run_operator(op, pool_), "xnn_run_operator");
+  }
+
+  const float* out_row(size_t part, int64_t m) const override { return outs_.row(part, m); }
+
+ private:
+  const LgData& d_;
+  LgPartOutputs outs_;
+  std::vector<xnn_operator_t> ops_;
+  std::map<int, pthreadpool_t> pools_;
+  pthreadpool_t pool_ = nullptr;
+  int active_threads_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<LgImpl> make_xnnpack_3x(const LgData& data, int) {
+  return std::make_unique<XnnpackImpl>(data);
+}
+bool xnnpack_applies(const LgCase&, int) { return true; }
+
+#else
+
+std::unique_ptr<LgImpl> make_xnnpack_3x(const LgData&, int) { return nullptr; }
+bool xnnpack_applies(const LgCase&, int) { return false; }
+
+#endif
+
+}  // namespace shapejit::bench

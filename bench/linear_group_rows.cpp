@@ -1,0 +1,152 @@
+// Figures of the linear-group rows (names and counters in linear_group_bench.cpp), all from rows
+// of the same run at their minimum time per call:
+//   GFLOPs        counter `flops` / time, in GFLOP/s
+//   vs_peak       GFLOPs / counter `peak_flops` (the FMA peak of the row's thread count,
+//                 measured in the same process by bench/fma_peak.cpp)
+//   GBps          counter `bytes` / time (decode rows: weight bytes streamed; read_peak row)
+//   vs_bw         GBps / counter `read_bw` (the streaming read bandwidth, same process)
+//   vs_best_peer  time of the fastest peer row (onednn, openblas_*, libxsmm_3x, xnnpack_3x) of
+//                 the same case and thread count / this row's time: > 1 means faster than every
+//                 peer, 1 is the best peer itself; empty when no peer row of the case ran.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_rows.hpp"
+#include "lg_peers_common.hpp"
+
+namespace shapejit::bench {
+namespace {
+
+constexpr const char* kPrefix = "linear_group/";
+const char* const kPeers[] = {"onednn", "openblas_3x", "openblas_packed", "libxsmm_3x", "xnnpack_3x"};
+const char* const kImpls[] = {"jit", "onednn", "openblas_3x", "openblas_packed", "libxsmm_3x", "xnnpack_3x"};
+
+struct LgName {
+  std::string impl;
+  std::string problem;  // <case>/t<threads>
+};
+
+std::optional<LgName> parse(const std::string& name) {
+  const std::string prefix = kPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const size_t slash = name.find('/', prefix.size());
+  if (slash == std::string::npos) return std::nullopt;
+  return LgName{name.substr(prefix.size(), slash - prefix.size()), name.substr(slash + 1)};
+}
+
+bool is_peer(const std::string& impl) {
+  return std::find(std::begin(kPeers), std::end(kPeers), impl) != std::end(kPeers);
+}
+
+// num / (den * 1e-9): a GFLOP/s or GB/s figure over a counter in flop/s or bytes/s.
+std::optional<double> ratio_to_giga(std::optional<double> num, std::optional<double> den) {
+  if (!num || !den || *den <= 0) return std::nullopt;
+  return *num / (*den * 1e-9);
+}
+
+void finish(std::vector<BenchRow*>& rows) {
+  std::map<std::string, double> best_peer;  // problem -> fastest peer's seconds
+  for (const BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n || r->error || r->seconds <= 0 || !is_peer(n->impl)) continue;
+    auto [it, inserted] = best_peer.try_emplace(n->problem, r->seconds);
+    if (!inserted) it->second = std::min(it->second, r->seconds);
+  }
+  for (BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n || r->error || r->seconds <= 0) continue;
+    const auto gflops = r->giga_per_second("flops");
+    const auto gbps = r->giga_per_second("bytes");
+    r->set("GFLOPs", gflops);
+    r->set("vs_peak", ratio_to_giga(gflops, r->counter("peak_flops")));
+    r->set("GBps", gbps);
+    r->set("vs_bw", ratio_to_giga(gbps, r->counter("read_bw")));
+    const auto best = best_peer.find(n->problem);
+    const bool gemm = n->impl != "fma_peak" && n->impl != "read_peak";
+    r->set("vs_best_peer", gemm && best != best_peer.end() ? std::optional<double>(best->second / r->seconds)
+                                                             : std::nullopt);
+  }
+}
+
+std::string cell(std::optional<double> v, const char* format) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, *v);
+  return buf;
+}
+
+// Per case and thread count: every implementation's GFLOP/s side by side, the best peer, and
+// jit against it and against the peak; then what each library chose.
+void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, const BenchRow*>> by_case;
+  for (const BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n) continue;
+    if (n->impl == "fma_peak" || n->impl == "read_peak") continue;
+    if (!by_case.count(n->problem)) order.push_back(n->problem);
+    by_case[n->problem][n->impl] = r;
+  }
+  if (order.empty()) return;
+  size_t width = 4;
+  for (const auto& p : order) width = std::max(width, p.size());
+  char line[512];
+  out << "\nlinear_group: GFLOP/s at the minimum time, side by side\n";
+  int len = std::snprintf(line, sizeof line, "%-*s", int(width), "case");
+  const auto col = [](const char* impl) { return std::max(9, int(std::string(impl).size())); };
+  for (const char* impl : kImpls) len += std::snprintf(line + len, sizeof line - size_t(len), " %*s", col(impl), impl);
+  std::snprintf(line + len, sizeof line - size_t(len), " %16s %9s %9s\n", "best peer", "jit/best", "jit/peak");
+  out << line;
+  for (const auto& p : order) {
+    const auto& impls = by_case[p];
+    len = std::snprintf(line, sizeof line, "%-*s", int(width), p.c_str());
+    const BenchRow* best = nullptr;
+    std::string best_name;
+    for (const char* impl : kImpls) {
+      const auto it = impls.find(impl);
+      std::string text;
+      if (it != impls.end()) text = it->second->error ? "err" : cell(it->second->column("GFLOPs"), "%.1f");
+      len += std::snprintf(line + len, sizeof line - size_t(len), " %*s", col(impl), text.c_str());
+      if (it != impls.end() && !it->second->error && is_peer(impl) && (!best || it->second->seconds < best->seconds)) {
+        best = it->second;
+        best_name = impl;
+      }
+    }
+    const auto jit = impls.find("jit");
+    const BenchRow* j = jit != impls.end() && !jit->second->error ? jit->second : nullptr;
+    std::snprintf(line + len, sizeof line - size_t(len), " %16s %9s %9s\n", best_name.c_str(),
+                  j ? cell(j->column("vs_best_peer"), "%.3f").c_str() : "",
+                  j ? cell(j->column("vs_peak"), "%.3f").c_str() : "");
+    out << line;
+  }
+  // The limits every ratio above used (each thread count's own, measured once in this process).
+  std::map<std::string, std::pair<std::optional<double>, std::optional<double>>> limits;  // t<n> -> peak, bw
+  for (const BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (!n || r->error) continue;
+    const std::string threads = n->problem.substr(n->problem.rfind('/') + 1);
+    auto& [peak, bw] = limits[threads];
+    if (!peak) peak = r->counter("peak_flops");
+    if (!bw) bw = r->counter("read_bw");
+  }
+  for (const auto& [threads, limit] : limits) {
+    std::snprintf(line, sizeof line, "limits at %s: FMA peak %s GFLOP/s, DRAM read %s GB/s\n", threads.c_str(),
+                  cell(limit.first ? std::optional<double>(*limit.first * 1e-9) : std::nullopt, "%.1f").c_str(),
+                  cell(limit.second ? std::optional<double>(*limit.second * 1e-9) : std::nullopt, "%.1f").c_str());
+    out << line;
+  }
+  const auto infos = lg_impl_infos();
+  if (!infos.empty()) {
+    out << "\nlinear_group implementations (what each library chose):\n";
+    for (const auto& [key, info] : infos) out << "  " << key << ": " << info << "\n";
+  }
+}
+
+[[maybe_unused]] const bool kRegistered = register_row_family({kPrefix, finish, summary});
+
+}  // namespace
+}  // namespace shapejit::bench

@@ -1,0 +1,133 @@
+// GemmKey's canonical name, its inverse and its hash: the one place the name format lives.
+//
+// Format: gemm.<isa>.<mr>x<nc>.k<K>[.bias][.<act>][.scale][.tab][.pf<N>]
+// with <act> one of relu, gelu, gelu_tanh, silu (absent for none). Suffixes appear in that
+// order; parse_gemm_key accepts only canonical names.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "jit/gemm_kernel.hpp"
+
+namespace shapejit::jit {
+namespace {
+
+constexpr Activation kActivations[] = {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh,
+                                       Activation::kSilu};
+
+std::string_view act_name(Activation a) {
+  switch (a) {
+    case Activation::kNone: return "none";
+    case Activation::kRelu: return "relu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kSilu: return "silu";
+  }
+  return "?";
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t at = s.find(sep, start);
+    parts.push_back(s.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (at == std::string_view::npos) return parts;
+    start = at + 1;
+  }
+}
+
+// A canonical positive decimal: digits only, no sign, no leading zero.
+std::optional<int64_t> parse_positive(std::string_view s) {
+  if (s.empty() || s[0] == '0') return std::nullopt;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+int gemm_max_mr(Isa isa, int nv) {
+  if (nv < 1) return 0;
+  // AVX-512 keeps 24 accumulators (5+ registers left for weights and broadcasts); AVX2 has
+  // 16 registers: nv weights and two broadcast temporaries besides the accumulators.
+  const int budget = isa == Isa::kAvx512 ? std::min(24, 32 - nv - 2) : 16 - nv - 2;
+  return std::clamp(budget / nv, 0, 8);
+}
+
+std::string GemmKey::name() const {
+  std::string s = "gemm.";
+  s += isa_name(isa);
+  s += '.' + std::to_string(mr) + 'x' + std::to_string(nc);
+  s += ".k" + std::to_string(k);
+  if (bias) s += ".bias";
+  if (act != Activation::kNone) {
+    s += '.';
+    s += act_name(act);
+  }
+  if (scale) s += ".scale";
+  if (store == GemmStore::kTable) s += ".tab";
+  if (prefetch != 0) s += ".pf" + std::to_string(prefetch);
+  return s;
+}
+
+std::optional<GemmKey> parse_gemm_key(std::string_view name) {
+  const std::vector<std::string_view> p = split(name, '.');
+  if (p.size() < 4 || p[0] != "gemm") return std::nullopt;
+  GemmKey key;
+  const auto isa = parse_isa(p[1]);
+  if (!isa) return std::nullopt;
+  key.isa = *isa;
+
+  const std::vector<std::string_view> tile = split(p[2], 'x');
+  if (tile.size() != 2) return std::nullopt;
+  const auto mr = parse_positive(tile[0]);
+  const auto nc = parse_positive(tile[1]);
+  if (!mr || !nc || *mr > 64 || *nc > 4096) return std::nullopt;
+  key.mr = int(*mr);
+  key.nc = int(*nc);
+
+  if (p[3].size() < 2 || p[3][0] != 'k') return std::nullopt;
+  const auto k = parse_positive(p[3].substr(1));
+  if (!k) return std::nullopt;
+  key.k = *k;
+
+  // Optional suffixes in canonical order: each stage may match at most once.
+  size_t i = 4;
+  if (i < p.size() && p[i] == "bias") key.bias = true, ++i;
+  for (Activation a : kActivations)
+    if (i < p.size() && p[i] == act_name(a)) {
+      key.act = a;
+      ++i;
+      break;
+    }
+  if (i < p.size() && p[i] == "scale") key.scale = true, ++i;
+  if (i < p.size() && p[i] == "tab") key.store = GemmStore::kTable, ++i;
+  if (i < p.size() && p[i].size() > 2 && p[i].substr(0, 2) == "pf") {
+    const auto pf = parse_positive(p[i].substr(2));
+    if (!pf || *pf > (1 << 20)) return std::nullopt;
+    key.prefetch = int(*pf);
+    ++i;
+  }
+  if (i != p.size()) return std::nullopt;
+  return key;
+}
+
+size_t GemmKeyHash::operator()(const GemmKey& k) const noexcept {
+  size_t h = std::hash<int64_t>{}(k.k);
+  auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  mix(uint64_t(k.isa));
+  mix(uint64_t(k.mr));
+  mix(uint64_t(k.nc));
+  mix(uint64_t(k.bias) | uint64_t(k.scale) << 1 | uint64_t(k.store) << 2 | uint64_t(k.act) << 4);
+  mix(uint64_t(k.prefetch));
+  return h;
+}
+
+}  // namespace shapejit::jit

@@ -1,0 +1,175 @@
+#include "runtime/isa_select.hpp"
+
+#include <asmjit/core.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::rt {
+namespace {
+
+using jit::Isa;
+
+// Candidates of a family, best first; scalar (the generic C++ kernel) always closes the list.
+std::vector<Isa> candidates(const HostFeatures& host) {
+  if (host.x86) return {Isa::kAvx512, Isa::kAvx2, Isa::kScalar};
+  if (host.arm) return {Isa::kNeon, Isa::kScalar};
+  return {Isa::kScalar};
+}
+
+bool in_family(const HostFeatures& host, Isa isa) {
+  for (Isa c : candidates(host))
+    if (c == isa) return true;
+  return false;
+}
+
+// Rank within a family: candidates() is ordered best first, so a larger rank is less capable.
+int rank(const HostFeatures& host, Isa isa) {
+  const std::vector<Isa> list = candidates(host);
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i] == isa) return static_cast<int>(i);
+  return static_cast<int>(list.size());
+}
+
+std::string lacks(std::initializer_list<std::pair<bool, const char*>> needs) {
+  std::string missing;
+  for (const auto& [have, name] : needs) {
+    if (have) continue;
+    missing += missing.empty() ? "host lacks " : ", ";
+    missing += name;
+  }
+  return missing;
+}
+
+bool env_is_one(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+// No pin: -1; otherwise the pinned Isa's integer value.
+std::atomic<int> g_override{-1};
+
+}  // namespace
+
+HostFeatures detect_host_features() {
+  HostFeatures f;
+  const asmjit::CpuInfo& cpu = asmjit::CpuInfo::host();
+#if defined(__x86_64__) || defined(_M_X64)
+  const auto& x = cpu.features().x86();
+  f.x86 = true;
+  f.avx2 = x.hasAVX2();
+  f.fma = x.hasFMA();
+  f.avx512f = x.hasAVX512_F();
+  f.avx512bw = x.hasAVX512_BW();
+  f.avx512dq = x.hasAVX512_DQ();
+  f.avx512vl = x.hasAVX512_VL();
+#elif defined(__aarch64__) || defined(_M_ARM64)
+  f.arm = true;
+  f.asimd = cpu.features().arm().hasASIMD();
+#else
+  (void)cpu;
+#endif
+  return f;
+}
+
+std::string isa_unsupported_reason(const HostFeatures& host, Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "";
+    case Isa::kAvx512:
+      if (!host.x86) return "host is not x86-64";
+      return lacks({{host.avx512f, "avx512f"}, {host.avx512bw, "avx512bw"},
+                    {host.avx512dq, "avx512dq"}, {host.avx512vl, "avx512vl"}});
+    case Isa::kAvx2:
+      if (!host.x86) return "host is not x86-64";
+      return lacks({{host.avx2, "avx2"}, {host.fma, "fma"}});
+    case Isa::kNeon:
+      if (!host.arm) return "host is not AArch64";
+      return lacks({{host.asimd, "asimd"}});
+  }
+  return "unknown ISA";
+}
+
+std::string IsaSelection::to_string() const {
+  std::string s = "isa ";
+  s += jit::isa_name(isa);
+  s += " (";
+  for (size_t i = 0; i < reasons.size(); ++i) s += (i ? "; " : "") + reasons[i];
+  s += ")";
+  if (!cap_note.empty()) s += "; " + cap_note;
+  return s;
+}
+
+IsaSelection select_isa(const HostFeatures& host, std::optional<std::string_view> cap_text) {
+  IsaSelection sel;
+  // A plain flag rather than optional<Isa>: g++ 12 warns (falsely) that the optional's
+  // payload may be read uninitialised.
+  bool capped = false;
+  Isa cap = Isa::kScalar;
+  if (cap_text && !cap_text->empty()) {
+    const std::string shown = "SHAPEJIT_ISA=" + std::string(*cap_text);
+    if (const std::optional<Isa> parsed = jit::parse_isa(*cap_text); !parsed) {
+      sel.cap_note = shown + " is not one of avx512|avx2|neon|scalar; ignored";
+    } else if (!in_family(host, *parsed)) {
+      sel.cap_note = shown + " names an ISA of another CPU family than this host's; ignored";
+    } else {
+      capped = true;
+      cap = *parsed;
+    }
+  }
+  for (Isa c : candidates(host)) {
+    const std::string name(jit::isa_name(c));
+    if (capped && rank(host, c) < rank(host, cap)) {
+      sel.reasons.push_back(name + ": capped by SHAPEJIT_ISA=" + std::string(jit::isa_name(cap)));
+      continue;
+    }
+    if (std::string why = isa_unsupported_reason(host, c); !why.empty()) {
+      sel.reasons.push_back(name + ": " + why);
+      continue;
+    }
+    sel.isa = c;
+    sel.reasons.push_back(name + ": selected");
+    break;
+  }
+  return sel;
+}
+
+const IsaSelection& process_isa_selection() {
+  static const IsaSelection selection = [] {
+    const char* cap = std::getenv("SHAPEJIT_ISA");
+    IsaSelection s = select_isa(detect_host_features(),
+                                cap ? std::optional<std::string_view>(cap) : std::nullopt);
+    if (!s.cap_note.empty()) std::fprintf(stderr, "shapejit: %s\n", s.cap_note.c_str());
+    if (env_is_one("SHAPEJIT_VERBOSE"))
+      std::fprintf(stderr, "shapejit: ISA selection: %s\n", s.to_string().c_str());
+    return s;
+  }();
+  return selection;
+}
+
+Isa selected_isa() {
+  const int pinned = g_override.load(std::memory_order_acquire);
+  return pinned >= 0 ? static_cast<Isa>(pinned) : process_isa_selection().isa;
+}
+
+bool host_supports(Isa isa) {
+  static const HostFeatures host = detect_host_features();
+  return isa_unsupported_reason(host, isa).empty();
+}
+
+ScopedIsaOverride::ScopedIsaOverride(Isa isa) {
+  if (!host_supports(isa)) {
+    throw Error(Status::kUnsupported,
+                "ScopedIsaOverride: isa " + std::string(jit::isa_name(isa)) + " cannot run here (" +
+                    isa_unsupported_reason(detect_host_features(), isa) + ")");
+  }
+  previous_ = g_override.exchange(static_cast<int>(isa), std::memory_order_acq_rel);
+}
+
+ScopedIsaOverride::~ScopedIsaOverride() { g_override.store(previous_, std::memory_order_release); }
+
+}  // namespace shapejit::rt

@@ -1,0 +1,118 @@
+// The embedding-bag kernel cache: EmbagKey -> generated kernel, compiled once per key even when
+// many threads ask at the same time, with statistics and a bound on JIT code memory.
+#pragma once
+
+#include <asmjit/core.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "jit/embag_codegen.hpp"
+#include "jit/embag_kernel.hpp"
+
+namespace shapejit::rt {
+
+/// Generates the kernel of one key into the runtime; throws shapejit::Error on failure.
+using EmbagCompileFn =
+    std::function<jit::GeneratedEmbagKernel(const jit::EmbagKey&, asmjit::JitRuntime&)>;
+
+/// A snapshot of a cache's counters.
+struct EmbagCacheStats {
+  int64_t hits = 0;                 ///< lookups served by a cached or in-flight compilation
+  int64_t misses = 0;               ///< lookups that started a compilation
+  int64_t compilations = 0;         ///< compilations that succeeded
+  int64_t failed_compilations = 0;  ///< compilations that threw (never cached)
+  int64_t compile_time_ns = 0;      ///< wall time of all compilations, failed ones included
+  int64_t code_bytes = 0;           ///< code held by the cache's kernels
+  int64_t kernels = 0;              ///< kernels held
+  int64_t generic_fallbacks = 0;    ///< lookups answered by the generic kernel at the code bound
+  int64_t code_limit_bytes = 0;     ///< the bound in force
+};
+
+/// A kernel fetched once and called without a lookup. Valid while its cache lives (kernels
+/// are never evicted); a default-constructed handle is empty.
+class EmbagKernelHandle {
+ public:
+  EmbagKernelHandle() = default;
+  EmbagKernelHandle(const jit::EmbagKey& key, jit::EmbagKernelFn fn, bool generic)
+      : key_(key), fn_(fn), generic_(generic) {}
+
+  /// Runs the kernel on one range of bags.
+  void operator()(const jit::EmbagKernelArgs& args) const { fn_(&args); }
+  jit::EmbagKernelFn fn() const { return fn_; }
+  const jit::EmbagKey& key() const { return key_; }
+  /// True when this is the generic C++ kernel (which reads D from the arguments).
+  bool generic() const { return generic_; }
+  explicit operator bool() const { return fn_ != nullptr; }
+
+ private:
+  jit::EmbagKey key_{};
+  jit::EmbagKernelFn fn_ = nullptr;
+  bool generic_ = false;
+};
+
+/// EmbagKey -> kernel. Generation runs outside the lock; concurrent askers of a key being
+/// compiled wait for that one result; a failed compilation is reported to every waiter and
+/// retried by the next lookup. Keys with isa kScalar or dim 0 are served by the generic kernel
+/// directly (no map entry, not counted). Once the code held reaches the limit, new keys get
+/// the generic kernel: a key is compiled only while code_bytes < limit, so the code held stays
+/// below limit + one kernel per compilation in flight when the limit was crossed.
+class EmbagKernelCache {
+ public:
+  static constexpr int64_t kDefaultCodeLimitBytes = int64_t{64} << 20;
+
+  /// `compile` defaults to jit::generate_embag_kernel; `code_limit_bytes` < 0 means
+  /// default_code_limit_bytes().
+  explicit EmbagKernelCache(EmbagCompileFn compile = {}, int64_t code_limit_bytes = -1);
+  ~EmbagKernelCache();
+  EmbagKernelCache(const EmbagKernelCache&) = delete;
+  EmbagKernelCache& operator=(const EmbagKernelCache&) = delete;
+
+  /// The kernel of `key`, compiling it if needed. Throws shapejit::Error when compilation fails
+  /// (kInternalError for non-shapejit exceptions, kOutOfMemory for bad_alloc).
+  EmbagKernelHandle get(const jit::EmbagKey& key);
+  /// Counters so far.
+  EmbagCacheStats stats() const;
+  /// Sets the bound on JIT code bytes (< 0 restores the default). Lowering it below the code
+  /// already held only stops new compilations: running kernels are never freed under callers.
+  void set_code_limit_bytes(int64_t bytes);
+  /// The runtime that owns the generated code (W^X: runtime/jit_memory.hpp).
+  asmjit::JitRuntime& runtime() { return *runtime_; }
+
+ private:
+  struct Compiled {
+    jit::EmbagKernelFn fn = nullptr;
+    bool generic = false;
+  };
+  // A key's entry: in flight (pending valid, ready.fn null) or compiled (ready.fn set).
+  struct Slot {
+    std::shared_future<Compiled> pending;
+    Compiled ready;
+  };
+  Compiled compile_now(const jit::EmbagKey& key, std::promise<Compiled>& promise);
+  EmbagKernelHandle get_slow(const jit::EmbagKey& key);
+
+  EmbagCompileFn compile_;
+  std::unique_ptr<asmjit::JitRuntime> runtime_;
+  // Shared for the hit path (many callers at once), exclusive to insert, publish or erase.
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<jit::EmbagKey, Slot, jit::EmbagKeyHash> kernels_;
+  std::atomic<int64_t> hits_{0};  // counted under the shared lock
+  EmbagCacheStats stats_;         // the other counters; code_limit_bytes is the live limit
+};
+
+/// SHAPEJIT_CODE_LIMIT_BYTES when it is a non-negative integer (otherwise ignored with one
+/// message on stderr), else EmbagKernelCache::kDefaultCodeLimitBytes.
+int64_t default_code_limit_bytes();
+
+/// The process-wide cache the API uses (created on first use, never destroyed so that
+/// kernels stay valid for threads still running at exit).
+EmbagKernelCache& embag_kernel_cache();
+
+}  // namespace shapejit::rt

@@ -1,0 +1,205 @@
+// Linear groups: building (validate, pack weights and compile kernels) and running (validate,
+// compute) behind both the C++ API and the C ABI. ISAs with a GEMM generator run the packed JIT
+// path; the others (scalar, and NEON until it has one) run the scalar reference.
+#include "runtime/linear_group.hpp"
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "ref/linear_group.hpp"
+#include "runtime/isa_select.hpp"
+#include "runtime/linear_group_exec.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::rt {
+namespace {
+
+// One part's weight rows (the split of a packed weight resolved to a pointer) and epilogue.
+LinearPartWeights part_weights(const shapejit_linear_group_desc& desc, int64_t p, const LinearPartShape& shape) {
+  const shapejit_linear_part_desc& d = desc.parts[p];
+  const bool packed = desc.form == SHAPEJIT_WEIGHTS_PACKED;
+  LinearPartWeights w;
+  w.weight = packed ? desc.weight + d.row_begin * desc.weight_stride : d.weight;
+  w.ldw = packed ? desc.weight_stride : d.weight_stride;
+  w.n = shape.n;
+  w.k = shape.k;
+  w.bias = desc.bias ? desc.bias + d.row_begin : nullptr;
+  w.activation = d.activation;
+  w.scale = d.has_scale ? d.scale : 1.0f;
+  w.layout = d.layout;
+  w.heads = d.layout == SHAPEJIT_LAYOUT_ROW_MAJOR ? 1 : d.heads;
+  return w;
+}
+
+// Packs for the JIT; false when the ISA has no GEMM generator or the shape is beyond it.
+bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& desc) {
+  const jit::Isa isa = selected_isa();
+  if (!gemm_isa_supported(isa)) return false;
+  std::vector<LinearPartWeights> weights;
+  for (int64_t p = 0; p < desc.num_parts; ++p) weights.push_back(part_weights(desc, p, group.shapes[size_t(p)]));
+  try {
+    group.packed = pack_linear_group(weights, isa);
+  } catch (const Error& e) {
+    if (e.status() != Status::kUnsupported) throw;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_desc& desc) {
+  auto group = std::make_unique<shapejit_linear_group>();
+  group->shapes = validate_linear_group_desc(desc);
+  if (try_pack(*group, desc)) return group;
+  group->parts.resize(group->shapes.size());
+  for (int64_t p = 0; p < desc.num_parts; ++p) {
+    const shapejit_linear_part_desc& d = desc.parts[p];
+    const LinearPartShape& shape = group->shapes[size_t(p)];
+    LinearGroupPart& part = group->parts[size_t(p)];
+    // The packed form's rows start at row_begin of the packed weight; the split is resolved
+    // here, once, so a run never looks at the caller's weight again.
+    const bool packed = desc.form == SHAPEJIT_WEIGHTS_PACKED;
+    const float* w = packed ? desc.weight + d.row_begin * desc.weight_stride : d.weight;
+    const int64_t ldw = packed ? desc.weight_stride : d.weight_stride;
+    part.weight.resize(size_t(shape.n * shape.k));
+    for (int64_t r = 0; r < shape.n; ++r)
+      for (int64_t c = 0; c < shape.k; ++c) part.weight[size_t(r * shape.k + c)] = w[r * ldw + c];
+    if (desc.bias) part.bias.assign(desc.bias + d.row_begin, desc.bias + d.row_begin + d.rows);
+    part.activation = d.activation;
+    part.scale = d.has_scale ? d.scale : 1.0f;
+  }
+  return group;
+}
+
+void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_group_io* io, int64_t num_io) {
+  validate_linear_group_run(group.shapes, io, num_io);
+  if (!group.packed.parts.empty()) {
+    // A stack array for the usual few parts: a heap allocation shows in the tiny cases.
+    constexpr size_t kInlineParts = 8;
+    std::array<LinearPartIo, kInlineParts> inline_io;
+    std::vector<LinearPartIo> heap_io;
+    std::span<LinearPartIo> part_io(inline_io.data(), size_t(num_io));
+    if (size_t(num_io) > kInlineParts) {
+      heap_io.resize(size_t(num_io));
+      part_io = heap_io;
+    }
+    for (size_t p = 0; p < part_io.size(); ++p)
+      part_io[p] = {io[p].x, io[p].m, io[p].ldx, io[p].y, io[p].ldy, io[p].batch};
+    run_packed_group(group.packed, part_io);
+    return;
+  }
+  for (size_t p = 0; p < group.parts.size(); ++p) {
+    const LinearPartShape& shape = group.shapes[p];
+    const LinearGroupPart& part = group.parts[p];
+    ref::LinearPartView v;
+    v.x = io[p].x;
+    v.m = io[p].m;
+    v.k = shape.k;
+    v.ldx = io[p].ldx;
+    v.w = part.weight.data();
+    v.n = shape.n;
+    v.ldw = shape.k;
+    v.bias = part.bias.empty() ? nullptr : part.bias.data();
+    v.activation = part.activation;
+    v.scale = part.scale;
+    v.layout = shape.layout;
+    v.heads = shape.heads;
+    v.batch = io[p].batch;
+    v.y = io[p].y;
+    v.ldy = io[p].ldy;
+    ref::linear_part(v);
+  }
+}
+
+}  // namespace shapejit::rt
+
+// ---- The C++ API -------------------------------------------------------------------------
+namespace shapejit {
+
+shapejit_linear_part_desc LinearPart::to_c(WeightForm form) const {
+  shapejit_linear_part_desc d{};
+  d.row_begin = row_begin;
+  d.rows = rows;
+  d.weight = weight;
+  d.k = k;
+  d.weight_stride = form == WeightForm::kSeparate && weight_stride == 0 ? k : weight_stride;
+  d.activation = static_cast<shapejit_activation>(activation);
+  d.has_scale = scale != 1.0f;
+  d.scale = scale;
+  d.layout = static_cast<shapejit_layout>(layout);
+  d.heads = heads;
+  return d;
+}
+
+LinearGroupDesc LinearGroupDesc::packed(const float* weight, int64_t rows, int64_t k, std::span<const float> bias,
+                                        std::vector<LinearPart> parts) {
+  LinearGroupDesc d;
+  d.form = WeightForm::kPacked;
+  d.weight = weight;
+  d.weight_rows = rows;
+  d.k = k;
+  d.bias = bias;
+  d.parts = std::move(parts);
+  return d;
+}
+
+LinearGroupDesc LinearGroupDesc::separate(std::vector<LinearPart> parts, std::span<const float> bias) {
+  LinearGroupDesc d;
+  d.form = WeightForm::kSeparate;
+  d.bias = bias;
+  d.parts = std::move(parts);
+  return d;
+}
+
+LinearGroup::LinearGroup(const LinearGroupDesc& desc) {
+  std::vector<shapejit_linear_part_desc> parts;
+  parts.reserve(desc.parts.size());
+  for (const LinearPart& p : desc.parts) parts.push_back(p.to_c(desc.form));
+  shapejit_linear_group_desc c{};
+  c.form = static_cast<shapejit_weight_form>(desc.form);
+  c.weight = desc.weight;
+  c.weight_rows = desc.weight_rows;
+  c.k = desc.k;
+  c.weight_stride = desc.form == WeightForm::kPacked && desc.weight_stride == 0 ? desc.k : desc.weight_stride;
+  c.bias = desc.bias.empty() ? nullptr : desc.bias.data();
+  c.bias_len = int64_t(desc.bias.size());
+  c.parts = parts.data();
+  c.num_parts = int64_t(parts.size());
+  group_ = rt::create_linear_group(c).release();
+}
+
+LinearGroup::LinearGroup(LinearGroup&& other) noexcept : group_(std::exchange(other.group_, nullptr)) {}
+
+LinearGroup& LinearGroup::operator=(LinearGroup&& other) noexcept {
+  if (this != &other) {
+    delete group_;
+    group_ = std::exchange(other.group_, nullptr);
+  }
+  return *this;
+}
+
+LinearGroup::~LinearGroup() { delete group_; }
+
+int64_t LinearGroup::num_parts() const { return group_ ? int64_t(group_->shapes.size()) : 0; }
+
+void LinearGroup::run(std::span<const LinearInput> inputs, std::span<const LinearOutput> outputs) const {
+  if (!group_) throw Error(Status::kInvalidArgument, "linear_group: run on a moved-from LinearGroup");
+  const int64_t parts = num_parts();
+  if (int64_t(inputs.size()) != parts || int64_t(outputs.size()) != parts)
+    throw Error(Status::kInvalidArgument, "linear_group: inputs.size() = " + std::to_string(inputs.size()) +
+                                              " and outputs.size() = " + std::to_string(outputs.size()) +
+                                              " must both equal the group's " + std::to_string(parts) + " parts");
+  std::vector<shapejit_linear_group_io> io(static_cast<size_t>(parts));
+  for (size_t p = 0; p < io.size(); ++p) {
+    const rt::LinearPartShape& shape = group_->shapes[p];
+    const LinearInput& in = inputs[p];
+    const LinearOutput& out = outputs[p];
+    io[p] = {in.x, in.m, in.k, in.ldx == 0 ? in.k : in.ldx, out.y, out.ldy == 0 ? shape.n : out.ldy, out.batch,
+             out.seq_len};
+  }
+  rt::run_linear_group(*group_, io.data(), parts);
+}
+
+}  // namespace shapejit

@@ -1,0 +1,178 @@
+// Packing: panel choice, the transposing copy into panels, and compiling each part's kernels
+// into a JitRuntime the group owns (the shapes are all known here, so nothing compiles later).
+#include "runtime/linear_group_pack.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "jit/gemm_codegen.hpp"
+#include "runtime/engine_arena.hpp"
+#include "runtime/jit_memory.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::rt {
+namespace {
+
+// Parts whose packed weights exceed what the caches hold are streamed from DRAM (decode): their
+// kernels prefetch this far ahead. Smaller parts are served well by the hardware prefetchers.
+constexpr int64_t kStreamingBytes = int64_t(8) << 20;
+constexpr int kStreamPrefetch = 8192;
+constexpr int64_t kPackKBlock = 256;  // k rows per pass of the transposing copy
+constexpr int64_t kParallelPackBytes = int64_t(4) << 20;
+
+// Vectors of a full panel: 3 zmm (48 floats) keep 24 accumulators for 8 rows on AVX-512;
+// AVX2's 16 registers fit 6 rows of 2 ymm.
+int full_panel_vectors(jit::Isa isa) { return isa == jit::Isa::kAvx512 ? 3 : 2; }
+
+// Copies columns [col0, col0 + cols) of W (rows of W are output columns) into one panel of
+// `width` floats per k row, followed by the bias row when `bias` is given. The panel memory is
+// already zero, which is the padding past `cols`.
+void fill_panel(float* panel, const LinearPartWeights& w, int64_t col0, int64_t cols, int64_t width) {
+  for (int64_t kb = 0; kb < w.k; kb += kPackKBlock) {
+    const int64_t ke = std::min(w.k, kb + kPackKBlock);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* src = w.weight + (col0 + c) * w.ldw;
+      for (int64_t k = kb; k < ke; ++k) panel[k * width + c] = src[k];
+    }
+  }
+  if (w.bias)
+    for (int64_t c = 0; c < cols; ++c) panel[w.k * width + c] = w.bias[col0 + c];
+}
+
+}  // namespace
+
+void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
+
+bool gemm_isa_supported(jit::Isa isa) {
+#if defined(SHAPEJIT_HOST_X86)
+  return isa == jit::Isa::kAvx512 || isa == jit::Isa::kAvx2;
+#else
+  (void)isa;
+  return false;
+#endif
+}
+
+jit::GemmKey gemm_part_key(const LinearPartWeights& w, jit::Isa isa) {
+  jit::GemmKey key;
+  key.isa = isa;
+  key.k = w.k;
+  key.bias = w.bias != nullptr;
+  key.act = static_cast<Activation>(w.activation);
+  key.scale = w.scale != 1.0f;
+  const int64_t lanes = jit::gemm_lanes(isa);
+  const bool heads = w.layout != SHAPEJIT_LAYOUT_ROW_MAJOR;
+  key.store = heads && (w.n / w.heads) % lanes == 0 ? jit::GemmStore::kTable : jit::GemmStore::kRowMajor;
+  key.prefetch = w.n * w.k * 4 > kStreamingBytes ? kStreamPrefetch : 0;
+  return key;
+}
+
+std::vector<jit::GemmKey> PackedGroup::keys() const {
+  std::vector<jit::GemmKey> all;
+  for (const PackedPart& p : parts)
+    for (int r = 1; r <= p.mr; ++r) {
+      if (p.full[size_t(r - 1)]) all.push_back(p.full_keys[size_t(r - 1)]);
+      if (p.edge[size_t(r - 1)]) all.push_back(p.edge_keys[size_t(r - 1)]);
+    }
+  std::vector<jit::GemmKey> unique;
+  for (const jit::GemmKey& k : all)
+    if (std::find(unique.begin(), unique.end(), k) == unique.end()) unique.push_back(k);
+  return unique;
+}
+
+PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa isa) {
+  if (!gemm_isa_supported(isa))
+    throw Error(Status::kUnsupported, "linear group: no GEMM kernels for ISA " + std::string(jit::isa_name(isa)));
+  PackedGroup g;
+  g.isa = isa;
+  g.runtime = make_jit_runtime();  // W^X (runtime/jit_memory.hpp)
+  std::unordered_map<jit::GemmKey, jit::GemmKernelFn, jit::GemmKeyHash> compiled;
+  auto kernel = [&](const jit::GemmKey& key) {
+    auto it = compiled.find(key);
+    if (it != compiled.end()) return it->second;
+    const jit::GeneratedGemmKernel k = jit::generate_gemm_kernel(key, *g.runtime);
+    g.code_bytes += int64_t(k.code_bytes);
+    compiled.emplace(key, k.fn);
+    return k.fn;
+  };
+
+  const int nv = full_panel_vectors(isa);
+  const int64_t lanes = jit::gemm_lanes(isa);
+  int64_t offset = 0;
+  for (const LinearPartWeights& w : parts) {
+    PackedPart p;
+    p.n = w.n;
+    p.k = w.k;
+    p.nc = nv * lanes;
+    p.full_panels = w.n / p.nc;
+    p.edge_cols = w.n % p.nc;
+    p.scale = w.scale;
+    p.layout = w.layout;
+    p.heads = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR ? 1 : w.heads;
+    const jit::GemmKey base = gemm_part_key(w, isa);
+    p.store = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR        ? PartStore::kRowMajor
+              : base.store == jit::GemmStore::kTable ? PartStore::kTable
+                                                     : PartStore::kScatter;
+    // One row block for every part of an ISA (that of a full panel), so parts sharing an input
+    // block its rows alike and each row's kernel (hence its rounding) never depends on the
+    // grouping or the thread count.
+    p.mr = std::min(jit::gemm_max_mr(isa, nv), kMaxGemmMr);
+    for (int r = 1; r <= p.mr; ++r) {
+      jit::GemmKey key = base;
+      key.mr = r;
+      if (p.full_panels > 0) {
+        key.nc = int(p.nc);
+        p.full_keys[size_t(r - 1)] = key;
+        p.full[size_t(r - 1)] = kernel(key);
+        p.full_bytes = jit::gemm_panel_bytes(key);
+      }
+      if (p.edge_cols > 0) {
+        key.nc = int(p.edge_cols);
+        p.edge_keys[size_t(r - 1)] = key;
+        p.edge[size_t(r - 1)] = kernel(key);
+        p.edge_bytes = jit::gemm_panel_bytes(key);
+      }
+    }
+    p.offset = offset;
+    offset += p.bytes();
+    g.parts.push_back(p);
+  }
+
+  g.panel_bytes = std::max<int64_t>(offset, 64);
+  void* mem = std::aligned_alloc(64, size_t(g.panel_bytes));
+  if (!mem)
+    throw Error(Status::kOutOfMemory, "linear group: cannot allocate " + std::to_string(g.panel_bytes) +
+                                          " bytes of packed weights");
+  g.panels.reset(static_cast<unsigned char*>(mem));
+  std::memset(mem, 0, size_t(g.panel_bytes));
+  // Every panel is independent: large groups (decode-sized weights) are packed on the engine.
+  std::vector<std::pair<size_t, int64_t>> panels;  // (part, panel)
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (int64_t j = 0; j < g.parts[i].panels(); ++j) panels.emplace_back(i, j);
+  auto fill = [&](size_t index) {
+    const auto [i, j] = panels[index];
+    const PackedPart& p = g.parts[i];
+    float* panel = reinterpret_cast<float*>(g.panels.get() + p.offset + j * p.full_bytes);
+    if (j < p.full_panels) fill_panel(panel, parts[i], j * p.nc, p.nc, p.nc);
+    else fill_panel(panel, parts[i], j * p.nc, p.edge_cols, (p.edge_cols + lanes - 1) / lanes * lanes);
+  };
+  if (g.panel_bytes < kParallelPackBytes || engine_threads() <= 1) {
+    for (size_t i = 0; i < panels.size(); ++i) fill(i);
+  } else {
+    engine_arena()->execute([&] {
+      tbb::parallel_for(tbb::blocked_range<size_t>(0, panels.size()), [&](const tbb::blocked_range<size_t>& r) {
+        for (size_t i = r.begin(); i != r.end(); ++i) fill(i);
+      });
+    });
+  }
+  return g;
+}
+
+}  // namespace shapejit::rt

@@ -1,0 +1,101 @@
+// Work-balanced bag partitioning. The work of bags [0, b) is a closed form of offsets[b], so
+// each chunk boundary is one binary search over the (non-decreasing) offsets: no pass over
+// the indices and no allocation on the inline path.
+#include "runtime/partition.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/engine_arena.hpp"
+
+namespace shapejit::rt {
+
+BagWork::BagWork(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices, int64_t dim,
+                 int64_t bag_overhead)
+    : offsets_(offsets),
+      num_bags_(std::max<int64_t>(num_bags, 0)),
+      num_indices_(num_indices),
+      row_cost_(static_cast<double>(dim)),
+      // Writing the bag's output row costs about as much as reading one more row.
+      bag_cost_(static_cast<double>(dim) + static_cast<double>(bag_overhead)),
+      first_(num_bags_ > 0 ? start(0) : 0) {}
+
+int64_t BagWork::start(int64_t b) const {
+  if (b >= offsets_.size) return num_indices_;
+  return offsets_.dtype == DType::kI32 ? static_cast<const int32_t*>(offsets_.data)[b]
+                                       : static_cast<const int64_t*>(offsets_.data)[b];
+}
+
+double BagWork::prefix(int64_t b) const {
+  // Doubles: positions x D can exceed int64 for absurd sizes, and balance needs no exactness.
+  return static_cast<double>(start(b) - first_) * row_cost_ + static_cast<double>(b) * bag_cost_;
+}
+
+std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags,
+                                    int64_t num_indices, int64_t dim, int max_chunks,
+                                    const PartitionOptions& options) {
+  std::vector<int64_t> bounds{0};
+  if (num_bags <= 0) return bounds;
+  const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
+  const double total = work.total();
+  const double by_grain = std::floor(total / static_cast<double>(std::max<int64_t>(options.min_chunk_work, 1)));
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min({static_cast<int64_t>(std::max(max_chunks, 1)), num_bags,
+                   static_cast<int64_t>(std::min(by_grain, 1e15))}));
+  for (int64_t j = 1; j < chunks; ++j) {
+    const double target = total * static_cast<double>(j) / static_cast<double>(chunks);
+    const int64_t lo = bounds.back() + 1;
+    // First boundary b in [lo, num_bags] whose prefix reaches the target ...
+    int64_t first = lo, count = num_bags - lo + 1;
+    while (count > 0) {
+      const int64_t step = count / 2;
+      if (work.prefix(first + step) < target) {
+        first += step + 1;
+        count -= step + 1;
+      } else {
+        count = step;
+      }
+    }
+    // ... or the one before it, when that lands closer to the target.
+    if (first > lo && target - work.prefix(first - 1) < work.prefix(first) - target) --first;
+    if (first >= num_bags) break;
+    bounds.push_back(first);
+  }
+  bounds.push_back(num_bags);
+  return bounds;
+}
+
+void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
+                       int64_t dim, BagRangeFn body, const PartitionOptions& options) {
+  if (num_bags <= 0) return;
+  const int threads = engine_threads();
+  const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
+  if (threads <= 1 || num_bags == 1 ||
+      work.total() < 2.0 * static_cast<double>(options.min_chunk_work)) {
+    body(0, num_bags);  // tiny call: no arena, no task, no allocation
+    return;
+  }
+  const std::vector<int64_t> bounds = partition_bags(
+      offsets, num_bags, num_indices, dim, threads * std::max(options.chunks_per_thread, 1), options);
+  const size_t chunks = bounds.size() - 1;
+  if (chunks == 1) {
+    body(0, num_bags);
+    return;
+  }
+  const std::shared_ptr<tbb::task_arena> arena = engine_arena();
+  arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, chunks, 1),
+        [&](const tbb::blocked_range<size_t>& r) {
+          for (size_t k = r.begin(); k != r.end(); ++k) body(bounds[k], bounds[k + 1]);
+        },
+        tbb::simple_partitioner());
+  });
+}
+
+}  // namespace shapejit::rt

@@ -1,0 +1,205 @@
+// Generated x86 embedding-bag kernels against the scalar reference (ref::embedding_bag): all
+// four outputs bitwise equal (-0.0, ties, copied NaNs included; see kSumNaNPayloadsExact in
+// support/embag_jit_support.cpp for computed NaNs) over a battery of widths x modes x weights
+// x padding x index/offset types x prefetch distances, on every ISA the host runs. Inputs end
+// at a PROT_NONE page, so a read past a row or past the index array faults.
+#include <doctest/doctest.h>
+
+#include <asmjit/x86.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "jit/embag_codegen.hpp"
+#include "ref/embedding_bag.hpp"
+#include "support/embag_cases.hpp"
+#include "support/embag_jit_support.hpp"
+
+namespace {
+
+using shapejit::DType;
+using shapejit::Mode;
+using shapejit::jit::EmbagKernelArgs;
+using shapejit::jit::EmbagKey;
+using shapejit::jit::Isa;
+using shapejit::test::EmbagOutput;
+using shapejit::test::GuardedOutputs;
+using namespace shapejit::test::embag_jit;
+
+uint64_t battery_seed() { return shapejit::test::test_seed(0x5eed3); }
+
+// Every width x {sum, weighted sum, mean, max} x padding x {i32, i64}^2, prefetch rotating;
+// each problem runs in one call and split into two bag ranges.
+void run_battery(Isa isa, uint64_t seed) {
+  asmjit::JitRuntime rt;
+  int64_t number = 0, compared = 0;
+  for (int64_t dim : battery_dims()) {
+    for (int variant = 0; variant < 4; ++variant) {
+      for (int padding = 0; padding < 2; ++padding) {
+        for (int types = 0; types < 4; ++types, ++number) {
+          JitProblem p;
+          p.key.isa = isa;
+          p.key.dim = dim;
+          p.key.mode = variant == 2 ? Mode::kMean : variant == 3 ? Mode::kMax : Mode::kSum;
+          p.key.weighted = variant == 1;
+          p.key.padding = padding != 0;
+          p.key.index = types & 1 ? DType::kI32 : DType::kI64;
+          p.key.offset = types & 2 ? DType::kI32 : DType::kI64;
+          p.key.prefetch = kBatteryPrefetches[number % 5];
+          Rng rng(mix(seed ^ mix(uint64_t(number) * 2 + (isa == Isa::kAvx2))));
+          make_problem(p, rng);
+          const auto kernel = shapejit::jit::generate_embag_kernel(p.key, rt);
+          for (int split = 0; split < 2; ++split) {
+            if (split && p.bags < 2) continue;
+            const auto at = split ? std::optional<int64_t>(uniform(rng, 1, p.bags - 1)) : std::nullopt;
+            const std::string diff = run_and_compare(p, kernel.fn, at);
+            if (diff.empty()) continue;
+            INFO("case " << number << ", seed " << seed << (at ? ", bags split at " + std::to_string(*at) : ""));
+            INFO(p.describe());
+            if (dim <= 24) INFO("kernel:\n" << kernel_listing(p.key));
+            FAIL_CHECK(diff);
+          }
+          rt.release(kernel.fn);
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared == int64_t(battery_dims().size()) * 32);
+  if (const int64_t n = take_tolerated_nan_payloads(); n > 0)
+    MESSAGE(n << " sum/mean outputs were NaN on both sides with different payloads "
+                 "(reference operand order, see kSumNaNPayloadsExact)");
+}
+
+}  // namespace
+
+TEST_CASE("embag jit avx512: battery of widths, modes and types vs the reference" *
+          doctest::skip(!host_has(Isa::kAvx512))) {
+  MESSAGE("seed " << battery_seed() << " (replay: SHAPEJIT_TEST_SEED=" << battery_seed() << ")");
+  run_battery(Isa::kAvx512, battery_seed());
+}
+
+TEST_CASE("embag jit avx2: battery of widths, modes and types vs the reference" *
+          doctest::skip(!host_has(Isa::kAvx2))) {
+  MESSAGE("seed " << battery_seed() << " (replay: SHAPEJIT_TEST_SEED=" << battery_seed() << ")");
+  run_battery(Isa::kAvx2, battery_seed());
+}
+
+TEST_CASE("embag jit neon: battery of widths, modes and types vs the reference" *
+          doctest::skip(!host_has(Isa::kNeon))) {
+  MESSAGE("seed " << battery_seed() << " (replay: SHAPEJIT_TEST_SEED=" << battery_seed() << ")");
+  run_battery(Isa::kNeon, battery_seed());
+}
+
+TEST_CASE("embag jit: random calls of the shared case generator, whole and in bag ranges") {
+  const uint64_t seed = shapejit::test::test_seed(0xe3bad);
+  const int64_t cases = shapejit::test::test_case_count(300);
+  shapejit::test::EmbagCaseOptions options;
+  options.allow_partial_final_offset = false;  // the runtime sends those to the reference
+  Rng rng(seed);
+  for (Isa isa : host_isas()) {
+    asmjit::JitRuntime rt;
+    for (int64_t n = 0; n < cases; ++n) {
+      const shapejit::test::EmbagCase c = shapejit::test::make_embag_case(seed, n, options);
+      const shapejit_embedding_bag_args a = c.to_args();
+      const shapejit_embedding_bag_shapes shapes = shapejit::ref::embedding_bag_shapes(a);
+      GuardedOutputs want(shapes, 0xA5), got(shapes, 0x5A);
+      shapejit::ref::embedding_bag(a, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+                                   want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
+      EmbagKey key;
+      key.isa = isa;
+      key.dim = a.dim;
+      key.mode = static_cast<Mode>(a.mode);
+      key.weighted = a.per_sample_weights != nullptr;
+      key.padding = a.has_padding_idx != 0;
+      key.index = static_cast<DType>(a.index_dtype);
+      key.offset = static_cast<DType>(a.offset_dtype);
+      EmbagKernelArgs g{};
+      g.weight = a.weight;
+      g.row_stride_bytes = a.row_stride * 4;
+      g.dim = a.dim;
+      g.indices = a.indices;
+      g.offsets = a.offsets;
+      g.num_offsets = a.num_offsets;
+      g.num_indices = a.num_indices;
+      g.per_sample_weights = static_cast<const float*>(a.per_sample_weights);
+      g.padding_idx = a.padding_idx < 0 ? a.padding_idx + a.num_rows : a.padding_idx;
+      g.output = static_cast<float*>(got.data(EmbagOutput::kOutput));
+      g.offset2bag = got.data(EmbagOutput::kOffset2bag);
+      g.bag_size = got.data(EmbagOutput::kBagSize);
+      g.max_indices = got.data(EmbagOutput::kMaxIndices);
+      if (a.mode == SHAPEJIT_SUM)  // the runtime's zero fill
+        for (EmbagOutput w : {EmbagOutput::kBagSize, EmbagOutput::kMaxIndices})
+          if (got.elements(w) > 0) std::memset(got.data(w), 0, got.bytes(w).size());
+      const auto kernel = shapejit::jit::generate_embag_kernel(key, rt);
+      const int64_t bags = shapejit::ref::embedding_bag_num_bags(a);
+      for (int64_t b = 0; b < bags || b == 0;) {  // random ranges when n is odd
+        const int64_t e = n % 2 ? std::min(bags, b + uniform(rng, 1, 7)) : bags;
+        g.bag_begin = b;
+        g.bag_end = e;
+        kernel.fn(&g);
+        b = std::max<int64_t>(e, 1);
+      }
+      rt.release(kernel.fn);
+      const std::string diff = first_difference(key, want, got);
+      if (!diff.empty()) {
+        INFO(key.name() << ", case " << n << ", seed " << seed);
+        INFO(c.describe());
+        FAIL_CHECK(diff);
+      }
+    }
+  }
+  take_tolerated_nan_payloads();
+}
+
+TEST_CASE("embag jit: max with row ids beyond 32 bits, mixed with small ones in any order") {
+  // Id r + 2^62 addresses the same bytes as row r (the kernel's 64-bit row * stride_bytes
+  // wraps: 2^62 * 4 * stride = stride * 2^64), so odd rows get huge ids without a huge table
+  // and each bag may switch to 64-bit id lanes at any position. Expected values: the reference
+  // on the plain ids, with the winning odd rows' ids shifted the same way.
+  constexpr int64_t kShift = int64_t(1) << 62;
+  const uint64_t seed = battery_seed();
+  int64_t number = 0;
+  for (Isa isa : host_isas()) {
+    asmjit::JitRuntime rt;
+    for (int64_t dim : battery_dims()) {
+      for (int variant = 0; variant < 4; ++variant, ++number) {
+        JitProblem p;
+        p.key.isa = isa;
+        p.key.dim = dim;
+        p.key.mode = Mode::kMax;
+        p.key.padding = variant & 1;
+        p.key.offset = variant & 2 ? DType::kI32 : DType::kI64;
+        p.key.prefetch = kBatteryPrefetches[number % 5];
+        Rng rng(mix(seed ^ mix(uint64_t(number) + 0x51F7)));
+        make_problem(p, rng);
+        if (p.key.padding && p.padding_row() % 2 == 1) continue;  // padding ids stay plain
+        const shapejit_embedding_bag_args a = p.ref_args();
+        const shapejit_embedding_bag_shapes shapes = shapejit::ref::embedding_bag_shapes(a);
+        GuardedOutputs want(shapes, 0xA5), got(shapes, 0x5A);
+        shapejit::ref::embedding_bag(a, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+                                     want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
+        auto* expected_ids = static_cast<int64_t*>(want.data(EmbagOutput::kMaxIndices));
+        for (int64_t e = 0; e < want.elements(EmbagOutput::kMaxIndices); ++e)
+          if (expected_ids[e] % 2 == 1) expected_ids[e] += kShift;
+        std::vector<int64_t> shifted = p.idx;
+        for (int64_t& id : shifted)
+          if (id % 2 == 1) id += kShift;
+        EmbagKernelArgs g = kernel_args(p, got);
+        g.indices = shifted.data();
+        const auto kernel = shapejit::jit::generate_embag_kernel(p.key, rt);
+        kernel.fn(&g);
+        rt.release(kernel.fn);
+        const std::string diff = first_difference(p.key, want, got);
+        if (!diff.empty()) {
+          INFO("case " << number << ", seed " << seed << " (odd rows' ids + 2^62)");
+          INFO(p.describe());
+          FAIL_CHECK(diff);
+        }
+      }
+    }
+  }
+  CHECK(number > 0);
+}

@@ -1,0 +1,144 @@
+// ISA selection: best supported candidate of the host's family, SHAPEJIT_ISA as a cap, a
+// reason for every candidate passed over, and the RAII pin tests use.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "runtime/isa_select.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace {
+
+using shapejit::jit::Isa;
+using shapejit::rt::HostFeatures;
+using shapejit::rt::select_isa;
+
+HostFeatures x86_avx512() {
+  HostFeatures h;
+  h.x86 = h.avx2 = h.fma = h.avx512f = h.avx512bw = h.avx512dq = h.avx512vl = true;
+  return h;
+}
+
+HostFeatures x86_avx2() {
+  HostFeatures h;
+  h.x86 = h.avx2 = h.fma = true;
+  return h;
+}
+
+HostFeatures arm_neon() {
+  HostFeatures h;
+  h.arm = h.asimd = true;
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("isa: the best ISA the host supports, with reasons for those passed over") {
+  auto s = select_isa(x86_avx512(), std::nullopt);
+  CHECK(s.isa == Isa::kAvx512);
+  CHECK(s.reasons == std::vector<std::string>{"avx512: selected"});
+  CHECK(s.cap_note.empty());
+
+  s = select_isa(x86_avx2(), std::nullopt);
+  CHECK(s.isa == Isa::kAvx2);
+  CHECK(s.reasons == std::vector<std::string>{
+                         "avx512: host lacks avx512f, avx512bw, avx512dq, avx512vl", "avx2: selected"});
+
+  HostFeatures no_bw = x86_avx512();
+  no_bw.avx512bw = false;
+  s = select_isa(no_bw, std::nullopt);
+  CHECK(s.isa == Isa::kAvx2);
+  CHECK(s.reasons.front() == "avx512: host lacks avx512bw");
+
+  HostFeatures no_fma = x86_avx2();
+  no_fma.fma = false;
+  s = select_isa(no_fma, std::nullopt);
+  CHECK(s.isa == Isa::kScalar);
+  CHECK(s.reasons[1] == "avx2: host lacks fma");
+  CHECK(s.reasons[2] == "scalar: selected");
+
+  CHECK(select_isa(arm_neon(), std::nullopt).isa == Isa::kNeon);
+  CHECK(select_isa(HostFeatures{}, std::nullopt).isa == Isa::kScalar);  // unknown architecture
+  HostFeatures arm_bare;
+  arm_bare.arm = true;
+  s = select_isa(arm_bare, std::nullopt);
+  CHECK(s.isa == Isa::kScalar);
+  CHECK(s.reasons.front() == "neon: host lacks asimd");
+}
+
+TEST_CASE("isa: SHAPEJIT_ISA caps the choice but never raises it") {
+  auto s = select_isa(x86_avx512(), "avx2");
+  CHECK(s.isa == Isa::kAvx2);
+  CHECK(s.reasons.front() == "avx512: capped by SHAPEJIT_ISA=avx2");
+  CHECK(s.to_string() == "isa avx2 (avx512: capped by SHAPEJIT_ISA=avx2; avx2: selected)");
+
+  CHECK(select_isa(x86_avx2(), "avx512").isa == Isa::kAvx2);  // a cap is not a request
+  CHECK(select_isa(x86_avx512(), "scalar").isa == Isa::kScalar);
+  CHECK(select_isa(arm_neon(), "scalar").isa == Isa::kScalar);
+  CHECK(select_isa(arm_neon(), "neon").isa == Isa::kNeon);
+  CHECK(select_isa(x86_avx512(), "").isa == Isa::kAvx512);  // empty = unset
+}
+
+TEST_CASE("isa: an unknown or foreign SHAPEJIT_ISA is ignored with a note") {
+  auto s = select_isa(x86_avx512(), "avx1024");
+  CHECK(s.isa == Isa::kAvx512);
+  CHECK(s.cap_note == "SHAPEJIT_ISA=avx1024 is not one of avx512|avx2|neon|scalar; ignored");
+  CHECK(s.to_string().find("ignored") != std::string::npos);
+
+  s = select_isa(x86_avx2(), "neon");
+  CHECK(s.isa == Isa::kAvx2);
+  CHECK(s.cap_note.find("another CPU family") != std::string::npos);
+  s = select_isa(arm_neon(), "avx2");
+  CHECK(s.isa == Isa::kNeon);
+  CHECK_FALSE(s.cap_note.empty());
+}
+
+TEST_CASE("isa: unsupported reasons name every missing feature or the wrong family") {
+  CHECK(shapejit::rt::isa_unsupported_reason(x86_avx512(), Isa::kAvx512).empty());
+  CHECK(shapejit::rt::isa_unsupported_reason(x86_avx512(), Isa::kScalar).empty());
+  CHECK(shapejit::rt::isa_unsupported_reason(x86_avx512(), Isa::kNeon) == "host is not AArch64");
+  CHECK(shapejit::rt::isa_unsupported_reason(arm_neon(), Isa::kAvx2) == "host is not x86-64");
+  HostFeatures h = x86_avx512();
+  h.avx512dq = h.avx512vl = false;
+  CHECK(shapejit::rt::isa_unsupported_reason(h, Isa::kAvx512) == "host lacks avx512dq, avx512vl");
+}
+
+TEST_CASE("isa: the process selection is this host's, capped by the environment") {
+  const HostFeatures host = shapejit::rt::detect_host_features();
+  const char* cap = std::getenv("SHAPEJIT_ISA");
+  const auto expect = select_isa(host, cap ? std::optional<std::string_view>(cap) : std::nullopt);
+  const auto& actual = shapejit::rt::process_isa_selection();
+  MESSAGE("host: " << actual.to_string());
+  CHECK(actual.isa == expect.isa);
+  CHECK(actual.reasons == expect.reasons);
+  CHECK(shapejit::rt::host_supports(actual.isa));
+  CHECK(shapejit::rt::host_supports(Isa::kScalar));
+#if defined(__x86_64__)
+  CHECK(host.x86);
+  CHECK_FALSE(shapejit::rt::host_supports(Isa::kNeon));
+#elif defined(__aarch64__)
+  CHECK(host.arm);
+  CHECK_FALSE(shapejit::rt::host_supports(Isa::kAvx2));
+#endif
+}
+
+TEST_CASE("isa: ScopedIsaOverride pins, nests and restores; it refuses what the host lacks") {
+  const Isa before = shapejit::rt::selected_isa();
+  {
+    shapejit::rt::ScopedIsaOverride pin(Isa::kScalar);
+    CHECK(shapejit::rt::selected_isa() == Isa::kScalar);
+    {
+      shapejit::rt::ScopedIsaOverride inner(before);
+      CHECK(shapejit::rt::selected_isa() == before);
+    }
+    CHECK(shapejit::rt::selected_isa() == Isa::kScalar);
+  }
+  CHECK(shapejit::rt::selected_isa() == before);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    if (shapejit::rt::host_supports(isa)) continue;
+    CAPTURE(shapejit::jit::isa_name(isa));
+    CHECK_THROWS_AS(shapejit::rt::ScopedIsaOverride{isa}, shapejit::Error);
+    CHECK(shapejit::rt::selected_isa() == before);
+  }
+}

@@ -1,0 +1,265 @@
+// Bag partitioning and the engine arena: chunks cover every bag exactly once, are balanced by
+// work (not bag count) also for power-law bag lengths, small calls stay on the calling thread,
+// and resizing the engine is safe while other threads run.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <oneapi/tbb/info.h>
+
+#include "runtime/engine_arena.hpp"
+#include "runtime/partition.hpp"
+#include "shapejit/shapejit.h"
+#include "shapejit/shapejit.hpp"
+#include "support/embag_cases.hpp"
+
+namespace {
+
+using shapejit::DType;
+using shapejit::rt::OffsetsView;
+using shapejit::rt::PartitionOptions;
+
+// Offsets of bags with the given lengths (len(offsets) == bags; the last bag ends at N).
+struct Bags {
+  std::vector<int64_t> offsets;
+  int64_t n = 0;
+  OffsetsView view() const { return {offsets.data(), DType::kI64, int64_t(offsets.size())}; }
+  int64_t count() const { return int64_t(offsets.size()); }
+  int64_t length(int64_t b) const {
+    return (b + 1 < count() ? offsets[size_t(b + 1)] : n) - offsets[size_t(b)];
+  }
+};
+
+Bags bags_of(const std::vector<int64_t>& lengths) {
+  Bags b;
+  for (int64_t len : lengths) {
+    b.offsets.push_back(b.n);
+    b.n += len;
+  }
+  return b;
+}
+
+std::vector<int64_t> power_law_lengths(std::mt19937_64& rng, int64_t bags) {
+  std::vector<int64_t> v;
+  std::uniform_real_distribution<double> u(1e-4, 1.0);
+  for (int64_t b = 0; b < bags; ++b)
+    v.push_back(static_cast<int64_t>(std::min(5e4, std::pow(u(rng), -1.0 / 1.1))) - 1);
+  return v;
+}
+
+// Restores the engine's default size when a test ends.
+struct EngineThreads {
+  explicit EngineThreads(int n) { shapejit::rt::set_engine_threads(n); }
+  ~EngineThreads() { shapejit::rt::set_engine_threads(0); }
+};
+
+// Checks the invariants of one partition and returns its worst chunk / ideal chunk ratio.
+double check_partition(const Bags& bags, int64_t dim, int max_chunks, const PartitionOptions& opt) {
+  const std::vector<int64_t> bounds =
+      shapejit::rt::partition_bags(bags.view(), bags.count(), bags.n, dim, max_chunks, opt);
+  REQUIRE(bounds.size() >= 2);
+  CHECK(bounds.front() == 0);
+  CHECK(bounds.back() == bags.count());
+  for (size_t k = 1; k < bounds.size(); ++k) REQUIRE(bounds[k] > bounds[k - 1]);  // no empty chunk
+  const int64_t chunks = int64_t(bounds.size()) - 1;
+  CHECK(chunks <= max_chunks);
+
+  const shapejit::rt::BagWork work(bags.view(), bags.count(), bags.n, dim, opt.bag_overhead);
+  double max_bag = 0;
+  for (int64_t b = 0; b < bags.count(); ++b) max_bag = std::max(max_bag, work.range(b, b + 1));
+  const double ideal = work.total() / double(chunks);
+  double worst = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const double w = work.range(bounds[size_t(k)], bounds[size_t(k + 1)]);
+    // Balanced up to one bag: a chunk holds at most its share plus one bag's work.
+    CHECK(w <= ideal + max_bag + 1e-6);
+    worst = std::max(worst, w / ideal);
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("partition: the work of a bag is (length + 1) * D + overhead") {
+  const Bags bags = bags_of({3, 0, 5});
+  const shapejit::rt::BagWork w(bags.view(), 3, bags.n, 4, 16);
+  CHECK(w.range(0, 1) == 4 * 4 + 16);
+  CHECK(w.range(1, 2) == 1 * 4 + 16);
+  CHECK(w.range(2, 3) == 6 * 4 + 16);
+  CHECK(w.total() == (8 + 3) * 4 + 3 * 16);
+  // include_last_offset: offsets[B] ends the last bag.
+  const std::vector<int32_t> off32{0, 2, 7};
+  const shapejit::rt::BagWork last(OffsetsView{off32.data(), DType::kI32, 3}, 2, 9, 1, 0);
+  CHECK(last.total() == 7 + 2);
+}
+
+TEST_CASE("partition: chunks cover [0, B) exactly once and balance work, incl. power-law bags") {
+  const uint64_t seed = shapejit::test::test_seed(0x5eed);
+  MESSAGE("seed " << seed);
+  std::mt19937_64 rng(seed);
+  PartitionOptions opt;
+  opt.min_chunk_work = 256;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t count = std::uniform_int_distribution<int64_t>(1, 3000)(rng);
+    std::vector<int64_t> lengths;
+    const int shape = trial % 4;
+    if (shape == 0) lengths.assign(size_t(count), 32);
+    if (shape == 1) lengths = power_law_lengths(rng, count);
+    if (shape == 2) lengths.assign(size_t(count), 0);  // empty bags still cost something
+    if (shape == 3) {                                  // one giant bag among small ones
+      lengths.assign(size_t(count), 1);
+      lengths[size_t(count / 2)] = 100000;
+    }
+    const int64_t dim = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+    const int max_chunks = std::uniform_int_distribution<int>(1, 64)(rng);
+    CAPTURE(trial);
+    CAPTURE(count);
+    CAPTURE(dim);
+    CAPTURE(max_chunks);
+    check_partition(bags_of(lengths), dim, max_chunks, opt);
+  }
+}
+
+TEST_CASE("partition: power-law lengths balance by work where equal bag counts would not") {
+  std::mt19937_64 rng(shapejit::test::test_seed(42));
+  const Bags bags = bags_of(power_law_lengths(rng, 4096));
+  PartitionOptions opt;
+  opt.min_chunk_work = 1;
+  const double worst = check_partition(bags, 64, 8, opt);
+  // Equal bag counts for comparison: 8 chunks of 512 bags.
+  const shapejit::rt::BagWork work(bags.view(), bags.count(), bags.n, 64, opt.bag_overhead);
+  double worst_by_count = 0;
+  for (int k = 0; k < 8; ++k)
+    worst_by_count = std::max(worst_by_count, work.range(k * 512, (k + 1) * 512) / (work.total() / 8));
+  MESSAGE("worst chunk / ideal: by work " << worst << ", by bag count " << worst_by_count);
+  CHECK(worst <= worst_by_count);
+}
+
+TEST_CASE("partition: the minimum grain bounds the chunk count; no bags gives no chunks") {
+  const Bags bags = bags_of(std::vector<int64_t>(100, 10));  // work 100 * (11 * 8 + 16)
+  PartitionOptions opt;
+  opt.min_chunk_work = 1000000;
+  CHECK(shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 64, opt) ==
+        std::vector<int64_t>{0, 100});
+  opt.min_chunk_work = 100 * (11 * 8 + 16) / 4;
+  CHECK(shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 64, opt).size() == 5);
+  CHECK(shapejit::rt::partition_bags(bags.view(), 0, 0, 8, 64, opt) == std::vector<int64_t>{0});
+}
+
+TEST_CASE("parallel_for_bags: a small call runs once, inline, without the arena") {
+  EngineThreads engine(4);
+  const Bags bags = bags_of(std::vector<int64_t>(64, 4));  // 64 * (5 * 16 + 16) floats of work
+  int calls = 0;
+  std::thread::id where;
+  shapejit::rt::parallel_for_bags(bags.view(), 64, bags.n, 16, [&](int64_t b, int64_t e) {
+    ++calls;
+    where = std::this_thread::get_id();
+    CHECK(b == 0);
+    CHECK(e == 64);
+  });
+  CHECK(calls == 1);
+  CHECK(where == std::this_thread::get_id());
+  // One engine thread keeps even a large call inline.
+  shapejit::rt::set_engine_threads(1);
+  const Bags big = bags_of(std::vector<int64_t>(4096, 64));
+  calls = 0;
+  shapejit::rt::parallel_for_bags(big.view(), 4096, big.n, 128, [&](int64_t, int64_t) { ++calls; });
+  CHECK(calls == 1);
+}
+
+TEST_CASE("parallel_for_bags: every bag exactly once for 1-4 threads, power-law lengths") {
+  std::mt19937_64 rng(shapejit::test::test_seed(7));
+  const Bags bags = bags_of(power_law_lengths(rng, 5000));
+  for (int threads = 1; threads <= 4; ++threads) {
+    EngineThreads engine(threads);
+    CHECK(shapejit::rt::engine_threads() == threads);
+    std::vector<std::atomic<int>> seen(size_t(bags.count()));
+    std::atomic<int> chunks{0};
+    PartitionOptions opt;
+    opt.min_chunk_work = 1024;
+    shapejit::rt::parallel_for_bags(
+        bags.view(), bags.count(), bags.n, 32,
+        [&](int64_t b, int64_t e) {
+          ++chunks;
+          for (int64_t k = b; k < e; ++k) seen[size_t(k)].fetch_add(1);
+        },
+        opt);
+    CAPTURE(threads);
+    CHECK(std::all_of(seen.begin(), seen.end(), [](const std::atomic<int>& s) { return s.load() == 1; }));
+    if (threads == 1) {
+      CHECK(chunks.load() == 1);
+    } else {
+      CHECK(chunks.load() > 1);
+      CHECK(chunks.load() <= threads * opt.chunks_per_thread);
+    }
+  }
+}
+
+TEST_CASE("parallel_for_bags: an exception in the body reaches the caller") {
+  EngineThreads engine(2);
+  const Bags bags = bags_of(std::vector<int64_t>(1000, 100));
+  CHECK_THROWS_AS(shapejit::rt::parallel_for_bags(bags.view(), 1000, bags.n, 64,
+                                                  [&](int64_t b, int64_t) {
+                                                    if (b > 0) throw shapejit::Error(shapejit::Status::kInternalError, "boom");
+                                                  }),
+                  shapejit::Error);
+}
+
+TEST_CASE("engine: thread count through the C and C++ API, defaults and limits") {
+  const int def = shapejit::rt::default_num_threads();
+  CHECK(def >= 1);
+  CHECK(shapejit_set_num_threads(3) == SHAPEJIT_OK);
+  CHECK(shapejit_get_num_threads() == 3);
+  CHECK(shapejit::num_threads() == 3);
+  shapejit::set_num_threads(-5);
+  CHECK(shapejit::num_threads() == def);
+  CHECK(shapejit_set_num_threads(shapejit::rt::kMaxEngineThreads + 1) == SHAPEJIT_INVALID_ARGUMENT);
+  CHECK(std::string(shapejit_last_error()).find("1025") != std::string::npos);
+  CHECK(shapejit::num_threads() == def);  // a rejected size changes nothing
+  CHECK_THROWS_AS(shapejit::set_num_threads(100000), shapejit::Error);
+  CHECK(shapejit_set_num_threads(0) == SHAPEJIT_OK);
+  CHECK(shapejit_get_num_threads() == def);
+  if (std::getenv("SHAPEJIT_NUM_THREADS") == nullptr)
+    CHECK(def == std::max(1, tbb::info::default_concurrency()));
+}
+
+TEST_CASE("engine: resizing while other threads run calls is safe and results stay whole") {
+  std::mt19937_64 rng(shapejit::test::test_seed(11));
+  const Bags bags = bags_of(power_law_lengths(rng, 3000));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> bad{0}, calls{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&] {
+      while (!stop.load()) {
+        std::vector<int> seen(size_t(bags.count()), 0);
+        std::mutex m;
+        PartitionOptions opt;
+        opt.min_chunk_work = 512;
+        shapejit::rt::parallel_for_bags(
+            bags.view(), bags.count(), bags.n, 16,
+            [&](int64_t b, int64_t e) {
+              std::lock_guard lock(m);
+              for (int64_t k = b; k < e; ++k) ++seen[size_t(k)];
+            },
+            opt);
+        if (!std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; })) ++bad;
+        ++calls;
+      }
+    });
+  }
+  for (int round = 0; round < 200; ++round) shapejit::rt::set_engine_threads(1 + round % 4);
+  while (calls.load() < 30) std::this_thread::yield();
+  stop = true;
+  for (auto& t : callers) t.join();
+  shapejit::rt::set_engine_threads(0);
+  MESSAGE(calls.load() << " calls ran during 200 resizes");
+  CHECK(bad.load() == 0);
+}

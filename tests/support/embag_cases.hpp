@@ -1,0 +1,120 @@
+// Random VALID embedding-bag calls for the differential and oracle tests, and guarded output
+// buffers. One generator covers every rule of embedding-bag-semantics.md, so the JIT-vs-reference
+// fuzz test and the PyTorch oracle exercise the same space.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shapejit/shapejit.h"
+
+namespace shapejit::test {
+
+/// Limits of the generated cases; the defaults cover every rule at oracle-friendly sizes.
+struct EmbagCaseOptions {
+  int64_t max_dim = 1100;                  ///< widths 1..max_dim, biased small and to vector widths
+  int64_t max_table_elements = 1 << 17;    ///< cap on num_rows * row_stride
+  int64_t max_indices = 640;               ///< cap on N
+  int64_t max_output_elements = 1 << 18;   ///< cap on B * D (fewer bags for wide rows)
+  bool allow_partial_final_offset = true;  ///< generate aten_partial_final_offset cases
+};
+
+/// How a case's table values were drawn.
+enum class TableKind { kRandom, kSmallIntegers, kFewValues, kSpecials };
+
+/// One valid embedding-bag call with the buffers it reads (owned).
+struct EmbagCase {
+  uint64_t seed = 0;   ///< run seed the case was drawn from
+  int64_t number = 0;  ///< case number within the run: (seed, number) regenerates it exactly
+  TableKind table_kind = TableKind::kRandom;
+  int64_t num_rows = 0, dim = 0, row_stride = 0;
+  std::vector<float> weight;  ///< num_rows * row_stride; gap columns hold a NaN pattern
+  shapejit_dtype index_dtype = SHAPEJIT_I64, offset_dtype = SHAPEJIT_I64;
+  std::vector<int64_t> indices, offsets;        ///< logical values
+  std::vector<int32_t> indices_i32, offsets_i32;  ///< storage when the dtype is int32
+  std::vector<float> per_sample_weights;        ///< empty when the call has none
+  shapejit_mode mode = SHAPEJIT_SUM;
+  std::optional<int64_t> padding_idx;  ///< as passed: may be negative (wraps by num_rows)
+  bool include_last_offset = false;
+  bool aten_partial_final_offset = false;
+
+  /// B = len(offsets) - include_last_offset.
+  int64_t num_bags() const;
+  /// The padding row after wrap-around, if any.
+  std::optional<int64_t> padding_row() const;
+  bool weighted() const { return !per_sample_weights.empty(); }
+  bool strided() const { return row_stride != dim; }
+  /// dtype of offset2bag, bag_size and max_indices (int64 when the input dtypes differ).
+  shapejit_dtype index_out_dtype() const;
+  /// The C ABI form; points into this case's buffers.
+  shapejit_embedding_bag_args to_args() const;
+  /// One line: mode, dtypes, sizes and flags.
+  std::string summary() const;
+  /// The whole spec (data included up to a size limit) and the replay command.
+  std::string describe() const;
+};
+
+/// Case `number` of the run seeded with `seed` (independent of every other case).
+EmbagCase make_embag_case(uint64_t seed, int64_t number, const EmbagCaseOptions& options = {});
+
+/// Short names for printing.
+const char* mode_name(shapejit_mode mode);
+const char* dtype_name(shapejit_dtype dtype);
+const char* table_kind_name(TableKind kind);
+
+/// The run seed: SHAPEJIT_TEST_SEED (decimal or 0x hex; "random" draws one), else `fallback`.
+uint64_t test_seed(uint64_t fallback);
+/// SHAPEJIT_TEST_CASE: replay only this case number.
+std::optional<int64_t> test_case_filter();
+/// SHAPEJIT_TEST_CASES overrides a test's case count (for long fuzzing runs).
+int64_t test_case_count(int64_t fallback);
+
+/// The four outputs of an embedding bag, in the C ABI's argument order.
+enum class EmbagOutput { kOutput = 0, kOffset2bag = 1, kBagSize = 2, kMaxIndices = 3 };
+inline constexpr EmbagOutput kAllEmbagOutputs[] = {EmbagOutput::kOutput, EmbagOutput::kOffset2bag,
+                                                   EmbagOutput::kBagSize, EmbagOutput::kMaxIndices};
+/// "output", "offset2bag", "bag_size" or "max_indices".
+const char* output_name(EmbagOutput which);
+
+/// Output buffers of one call, each between guard zones of NaN-pattern bytes. Buffers start
+/// filled with a sentinel byte, so elements a call forgets to write show up in comparisons
+/// (give the two sides of a differential test different sentinels).
+class GuardedOutputs {
+ public:
+  static constexpr size_t kGuardBytes = 64;
+
+  /// Allocates buffers of the given shapes. With `null_when_empty`, zero-length outputs are
+  /// passed as NULL (allowed by the C ABI) instead of a guarded zero-length buffer.
+  explicit GuardedOutputs(const shapejit_embedding_bag_shapes& shapes, unsigned char sentinel = 0xCD,
+                          bool null_when_empty = false);
+
+  /// Pointer to pass for `which` (NULL for an empty output when null_when_empty).
+  void* data(EmbagOutput which);
+  /// The output's bytes after a call.
+  std::span<const std::byte> bytes(EmbagOutput which) const;
+  /// Element count of the output.
+  int64_t elements(EmbagOutput which) const { return elements_[index(which)]; }
+  /// Calls the C ABI with these buffers.
+  shapejit_status run(const shapejit_embedding_bag_args& args);
+  /// "" when every guard byte is intact, else the buffer and byte that changed.
+  std::string check_guards() const;
+  /// True when every output byte still holds the sentinel (a failed call must not write).
+  bool untouched() const;
+
+ private:
+  static size_t index(EmbagOutput which) { return static_cast<size_t>(which); }
+  std::byte* payload(size_t k) { return storage_[k].data() + kGuardBytes; }
+  const std::byte* payload(size_t k) const { return storage_[k].data() + kGuardBytes; }
+
+  std::vector<std::byte> storage_[4];  // guard | payload (rounded up to 64 bytes) | guard
+  size_t payload_bytes_[4] = {};
+  int64_t elements_[4] = {};
+  unsigned char sentinel_;
+  bool null_when_empty_;
+};
+
+}  // namespace shapejit::test
