@@ -1,6 +1,8 @@
 // The embedding-bag C++ API: converts views to the C argument struct and shares its path.
 #include <cstring>
+#include <new>
 #include <numeric>
+#include <string>
 
 #include "runtime/embedding_bag.hpp"
 #include "runtime/validate.hpp"
@@ -67,9 +69,17 @@ EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call) {
   const int64_t int_bytes = s.index_dtype == DType::kI32 ? 4 : 8;
   EmbeddingBagResult r;
   r.shapes = s;
-  r.output.resize(size_t(s.output_rows * s.output_cols));
-  std::vector<unsigned char> o2b(size_t(s.offset2bag_len * int_bytes)), bag(size_t(s.bag_size_len * int_bytes)),
-      maxi(size_t(s.max_indices_rows * s.max_indices_cols * int_bytes));
+  std::vector<unsigned char> o2b, bag, maxi;
+  try {  // validation bounds the byte counts by int64, not by what can be allocated
+    r.output.resize(size_t(s.output_rows * s.output_cols));
+    o2b.resize(size_t(s.offset2bag_len * int_bytes));
+    bag.resize(size_t(s.bag_size_len * int_bytes));
+    maxi.resize(size_t(s.max_indices_rows * s.max_indices_cols * int_bytes));
+  } catch (const std::bad_alloc&) {
+    throw Error(Status::kOutOfMemory, "embedding_bag: cannot allocate the outputs (output " +
+                                          std::to_string(s.output_rows) + " x " + std::to_string(s.output_cols) +
+                                          " floats, " + std::to_string(s.offset2bag_len) + " offset2bag entries)");
+  }
   rt::run_embedding_bag(args, r.output.data(), o2b.data(), bag.data(), maxi.data());
   r.offset2bag = widen(o2b, s.index_dtype, s.offset2bag_len);
   r.bag_size = widen(bag, s.index_dtype, s.bag_size_len);

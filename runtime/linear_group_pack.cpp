@@ -1,6 +1,7 @@
 // Packing: panel choice, the transposing copy into panels, and compiling each part's kernels
 // into a JitRuntime the group owns (the shapes are all known here, so nothing compiles later).
 #include "runtime/linear_group_pack.hpp"
+#include "runtime/perf_map.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -98,6 +99,7 @@ PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa
     auto it = compiled.find(key);
     if (it != compiled.end()) return it->second;
     const jit::GeneratedGemmKernel k = jit::generate_gemm_kernel(key, *g.runtime);
+    perf_map_record(reinterpret_cast<const void*>(k.fn), k.code_bytes, key.name());
     g.code_bytes += int64_t(k.code_bytes);
     compiled.emplace(key, k.fn);
     return k.fn;

@@ -139,7 +139,9 @@ void check_offsets(const shapejit_embedding_bag_args& a) {
 // The largest index read as unsigned, so a negative index counts as huge and one compare
 // against the row count checks both bounds. This pass runs on every call before the kernel, so
 // it is vectorised for the host (x86 gets AVX-512/AVX2 clones picked at load time).
-#if defined(__x86_64__) && !defined(__clang__)
+// Not under sanitizers: the clones' ifunc resolver runs during relocation, before the sanitizer
+// runtime is initialised, and its instrumented code crashes there (seen with -fsanitize=thread).
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define SHAPEJIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define SHAPEJIT_VECTOR_CLONES

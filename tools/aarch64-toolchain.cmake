@@ -21,4 +21,7 @@ set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgc
 find_program(SHAPEJIT_QEMU_AARCH64 qemu-aarch64)
 if(SHAPEJIT_QEMU_AARCH64)
   set(CMAKE_CROSSCOMPILING_EMULATOR ${SHAPEJIT_QEMU_AARCH64})
+else()
+  message(STATUS "qemu-aarch64 not found: the arm64 binaries build but ctest cannot run them "
+                 "(apt-get install qemu-user)")
 endif()

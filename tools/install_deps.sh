@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Installs the Debian packages shapejit needs, only those missing (fast when nothing is).
-# Usage: tools/install_deps.sh [core|test|cross|all]
+# Usage: tools/install_deps.sh [--check] [core|test|bench|cross|all]
+#   --check: install nothing; print the missing packages, one a line (exit 1 when any is).
 #   core:  build the library, tools and benchmarks;
-#   test:  + oracle (libtorch), emulators and clang;
+#   test:  + oracle (libtorch, python3-torch), emulators, clang and the Python test tools;
+#   bench: core + the benchmark peers (libtorch, oneDNN, OpenBLAS, libxsmm);
 #   cross: the AArch64 cross build run under qemu (cross g++, qemu-user and the :arm64
 #          libraries; adds the arm64 dpkg architecture once);
 #   all:   test + cross.
 set -euo pipefail
+check=0
+if [ "${1:-}" = --check ]; then check=1; shift; fi
 level=${1:-test}
 
 core=(cmake ninja-build g++ pkgconf libasmjit-dev libsleef-dev libtbb-dev doctest-dev
       libbenchmark-dev libcli11-dev)
-test=(libtorch-dev qemu-user clang libclang-rt-14-dev)
+test=(libtorch-dev qemu-user clang libclang-rt-14-dev python3-torch python3-pytest python3-matplotlib)
+bench=(libtorch-dev libdnnl-dev libopenblas-dev libxsmm-dev)
 # The cross build reuses doctest-dev and libcli11-dev (Architecture: all, header-only).
 cross_host=(g++-aarch64-linux-gnu qemu-user)
 cross_target=(libasmjit-dev:arm64 libtbb-dev:arm64 libsleef-dev:arm64)
@@ -55,10 +60,26 @@ install_cross() {
   fi
 }
 
+if [ "$check" = 1 ]; then
+  case "$level" in
+    core) wanted=("${core[@]}") ;;
+    test) wanted=("${core[@]}" "${test[@]}") ;;
+    bench) wanted=("${core[@]}" "${bench[@]}") ;;
+    cross) wanted=("${cross_host[@]}" "${cross_target[@]}") ;;
+    all) wanted=("${core[@]}" "${test[@]}" "${cross_host[@]}" "${cross_target[@]}") ;;
+    *) echo "usage: $0 [--check] [core|test|bench|cross|all]" >&2; exit 2 ;;
+  esac
+  missing=$(missing_of "${wanted[@]}")
+  [ -z "$missing" ] && exit 0
+  echo "$missing"
+  exit 1
+fi
+
 case "$level" in
   core) install_missing "${core[@]}" ;;
   test) install_missing "${core[@]}" "${test[@]}" ;;
+  bench) install_missing "${core[@]}" "${bench[@]}" ;;
   cross) install_cross ;;
   all) install_missing "${core[@]}" "${test[@]}"; install_cross ;;
-  *) echo "usage: $0 [core|test|cross|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [core|test|bench|cross|all]" >&2; exit 2 ;;
 esac

@@ -3,6 +3,9 @@
 #   1. Release build (build/): unit, validation, differential, oracle (vs PyTorch) tests,
 #      plus the suite again under `qemu-x86_64 -cpu max` (AVX2, no AVX-512).
 #   2. ASan+UBSan build (build-asan/): the same unit and differential tests.
+#   3. AArch64 cross build (build-a64/): the unit and differential suites on NEON, run under
+#      qemu-aarch64 through ctest. CI (CI=true) installs the cross tools; elsewhere the stage is
+#      skipped with the list of packages to install when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -22,5 +25,30 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHAPEJIT_S
 cmake --build build-asan -j"$jobs"
 echo "== sanitizer tests"
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+# Stage 3: the AArch64 (NEON) cross build under qemu. Times install, build and test separately,
+# so the cost of the stage stays visible.
+cross_stage() {
+  local t0 t1 t2 missing
+  t0=$(date +%s)
+  if [ "${CI:-}" = true ]; then
+    tools/install_deps.sh cross
+  elif ! missing=$(tools/install_deps.sh --check cross); then
+    echo "== cross (AArch64/NEON under qemu) tests SKIPPED: missing $(echo $missing)"
+    echo "   install them with: tools/install_deps.sh cross   (CI=true installs them automatically)"
+    return 0
+  fi
+  t1=$(date +%s)
+  echo "== cross build (aarch64, tools/aarch64-toolchain.cmake)"
+  cmake -S . -B build-a64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_TOOLCHAIN_FILE=tools/aarch64-toolchain.cmake \
+        -DSHAPEJIT_ORACLE=OFF -DSHAPEJIT_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-a64 -j"$jobs"
+  t2=$(date +%s)
+  echo "== cross tests (qemu-aarch64)"
+  ctest --test-dir build-a64 --output-on-failure -j"$jobs"
+  echo "== cross stage: install $(( t1 - t0 )) s, build $(( t2 - t1 )) s, tests $(( $(date +%s) - t2 )) s"
+}
+cross_stage
 
 echo "== tools/test.sh passed in $(( $(date +%s) - start )) s"

@@ -1,0 +1,26 @@
+"""shapejit for PyTorch: JIT-generated embedding bags and fused linear groups.
+
+    import shapejit
+    out, offset2bag, bag_size, max_indices = shapejit.embedding_bag(weight, indices, offsets, mode=1)
+    bag = shapejit.EmbeddingBag.from_pretrained(weight, mode="sum")   # an nn.EmbeddingBag
+    proj = shapejit.in_projection(mha)                               # an nn.MultiheadAttention
+    q, k, v = proj(query, key, value)                                # each [Nb, H, L, Dh]
+
+Everything is forward only (no autograd) and runs on CPU float32 tensors.
+"""
+import torch
+
+from . import _library
+
+library_path = _library.load()
+
+#: torch.ops.shapejit.embedding_bag: torch.embedding_bag's arguments and four results.
+embedding_bag = torch.ops.shapejit.embedding_bag
+#: torch.ops.shapejit.linear_group_run(group, inputs) -> outputs.
+linear_group_run = torch.ops.shapejit.linear_group_run
+
+from .modules import EmbeddingBag  # noqa: E402  (needs the operators registered above)
+from .linear import InProjection, in_projection, linear_group  # noqa: E402
+
+__all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "InProjection", "in_projection",
+           "linear_group", "library_path"]

@@ -1,0 +1,128 @@
+"""shapejit.EmbeddingBag in place of torch.nn.EmbeddingBag: same constructor and state, same
+forward results (bitwise), the same argument errors."""
+import random
+import warnings
+
+import pytest
+import torch
+
+from helpers import assert_same_tensor, replay, weighted_sum_tolerance
+
+
+def pair(seed, **kwargs):
+    """A torch.nn.EmbeddingBag and a shapejit.EmbeddingBag with the same weight and settings."""
+    import shapejit
+    torch.manual_seed(seed)
+    ref = torch.nn.EmbeddingBag(**kwargs)
+    ours = shapejit.EmbeddingBag(**kwargs)
+    ours.load_state_dict(ref.state_dict())
+    return ref, ours
+
+
+def random_call(g, gen, num_embeddings, include_last_offset, mode):
+    """input, offsets and per_sample_weights of one forward call (1-D or 2-D form)."""
+    weighted = mode == "sum" and g.random() < 0.5
+    if not include_last_offset and g.random() < 0.4:  # 2-D: fixed-length bags
+        inp = torch.randint(0, num_embeddings, (g.randrange(1, 9), g.randrange(1, 6)), generator=gen)
+        return inp, None, torch.randn(inp.shape, generator=gen) if weighted else None
+    n = g.randrange(0, 60)
+    inp = torch.randint(0, num_embeddings, (n,), generator=gen)
+    cuts = sorted(g.randrange(0, n + 1) for _ in range(g.randrange(0, 8)))
+    offsets = torch.tensor([0] + cuts + ([n] if include_last_offset else []))
+    return inp, offsets, torch.randn(n, generator=gen) if weighted else None
+
+
+def test_is_an_nn_embedding_bag_with_the_same_state(sj):
+    ours = sj.EmbeddingBag(10, 4, mode="max", padding_idx=-2)
+    assert isinstance(ours, torch.nn.EmbeddingBag)
+    assert ours.padding_idx == 8 and ours.mode == "max"
+    assert set(ours.state_dict()) == {"weight"}
+    assert torch.equal(ours.weight[8], torch.zeros(4))
+
+
+def test_random_modules_match_torch(sj, seed):
+    g = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    for i in range(60):
+        kwargs = dict(num_embeddings=g.choice([1, 5, 40]), embedding_dim=g.choice([1, 7, 16, 33, 128]),
+                      mode=g.choice(["sum", "mean", "max"]), include_last_offset=g.random() < 0.3)
+        if g.random() < 0.4:
+            kwargs["padding_idx"] = g.randrange(-kwargs["num_embeddings"], kwargs["num_embeddings"])
+        ref, ours = pair(g.randrange(1 << 30), **kwargs)
+        for j in range(3):
+            inp, offsets, psw = random_call(g, gen, kwargs["num_embeddings"], kwargs["include_last_offset"],
+                                            kwargs["mode"])
+            with torch.no_grad():
+                expected = ref(inp, offsets, psw)
+                actual = ours(inp, offsets, psw)
+            tolerance = None
+            if psw is not None and "padding_idx" in kwargs:  # ATen's slow path rounds w*x first
+                flat = inp.reshape(-1)
+                offs = offsets if offsets is not None else torch.arange(0, flat.numel(), inp.shape[1])
+                tolerance = weighted_sum_tolerance(ours.weight.detach(), flat, offs, psw.reshape(-1),
+                                                   ours.padding_idx, kwargs["include_last_offset"])
+            assert_same_tensor(actual, expected, "module {} {} call {}: input {} offsets {}".format(
+                i, kwargs, j, tuple(inp.shape), None if offsets is None else offsets.tolist()), tolerance)
+
+
+def test_from_pretrained_and_from_torch(sj, seed):
+    gen = torch.Generator().manual_seed(seed)
+    weight = torch.randn(20, 9, generator=gen)
+    inp = torch.randint(0, 20, (4, 3), generator=gen)
+    for mode in ("sum", "mean", "max"):
+        ref = torch.nn.EmbeddingBag.from_pretrained(weight, mode=mode, padding_idx=2)
+        ours = sj.EmbeddingBag.from_pretrained(weight, mode=mode, padding_idx=2)
+        assert type(ours) is sj.EmbeddingBag and not ours.weight.requires_grad
+        assert_same_tensor(ours(inp), ref(inp), "from_pretrained " + mode)
+        converted = sj.EmbeddingBag.from_torch(ref)
+        assert converted.weight is ref.weight
+        assert_same_tensor(converted(inp), ref(inp), "from_torch " + mode)
+
+
+def test_argument_errors_match_torch(sj):
+    ref, ours = pair(0, num_embeddings=10, embedding_dim=3, mode="mean")
+    calls = [
+        (torch.tensor([1, 2]), None, None),                         # 1-D without offsets
+        (torch.tensor([[1, 2]]), torch.tensor([0]), None),          # 2-D with offsets
+        (torch.tensor([[[1]]]), None, None),                        # 3-D
+        (torch.tensor([1, 2]), torch.tensor([[0]]), None),          # 2-D offsets
+        (torch.tensor([1, 2]), torch.tensor([0]), torch.ones(3)),   # weights of another shape
+        (torch.tensor([1, 2]), torch.tensor([0]), torch.ones(2)),   # weights with mode mean
+    ]
+    for inp, offsets, psw in calls:
+        with torch.no_grad():
+            with pytest.raises(Exception) as expected:
+                ref(inp, offsets, psw)
+            with pytest.raises(expected.type):
+                ours(inp, offsets, psw)
+
+
+def test_forward_only_warns_when_a_gradient_is_expected(sj):
+    ours = sj.EmbeddingBag(10, 3)
+    with pytest.warns(UserWarning, match="forward only"):
+        out = ours(torch.tensor([[1, 2]]))
+    assert not out.requires_grad
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            ours(torch.tensor([[1, 2]]))
+
+
+def test_max_norm_is_refused(sj):
+    ours = sj.EmbeddingBag(10, 3, max_norm=1.0)
+    with pytest.raises(NotImplementedError, match="max_norm"):
+        ours(torch.tensor([[1, 2]]))
+
+
+def test_inside_a_model(sj, seed):
+    """A model whose nn.EmbeddingBag is swapped for shapejit's gives the same output."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential()
+    model.add_module("bag", torch.nn.EmbeddingBag(1000, 64, mode="sum"))
+    model.add_module("fc", torch.nn.Linear(64, 8))
+    inp = torch.randint(0, 1000, (32, 20))
+    with torch.no_grad():
+        expected = model(inp)
+        model.bag = sj.EmbeddingBag.from_torch(model.bag)
+        actual = model(inp)
+    assert torch.equal(actual, expected), replay("model output differs")

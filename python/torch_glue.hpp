@@ -1,0 +1,53 @@
+// Shared helpers of the PyTorch extension: shapejit statuses as PyTorch errors, dtype mapping.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+#include "shapejit/shapejit.h"
+
+namespace shapejit::torch_ext {
+
+/// Turns a failed shapejit call into the PyTorch error Python sees: NotImplementedError for
+/// what the engine does not support yet, RuntimeError (as ATen raises) for everything else.
+inline void check_status(shapejit_status status, const char* what) {
+  if (status == SHAPEJIT_OK) return;
+  const std::string message = std::string("shapejit.") + what + ": " + shapejit_last_error();
+  TORCH_CHECK_NOT_IMPLEMENTED(status != SHAPEJIT_UNSUPPORTED, message);
+  TORCH_CHECK(false, message);
+}
+
+/// The shapejit dtype of a tensor, or an error naming the argument and its dtype.
+inline shapejit_dtype to_shapejit_dtype(const at::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return SHAPEJIT_F32;
+    case at::kHalf: return SHAPEJIT_F16;
+    case at::kBFloat16: return SHAPEJIT_BF16;
+    case at::kInt: return SHAPEJIT_I32;
+    case at::kLong: return SHAPEJIT_I64;
+    default: break;
+  }
+  TORCH_CHECK(false, "shapejit: ", name, " has dtype ", t.scalar_type(),
+              ", but shapejit takes float32, float16, bfloat16, int32 or int64 tensors");
+}
+
+/// The PyTorch dtype of a shapejit dtype.
+inline at::ScalarType to_scalar_type(shapejit_dtype t) {
+  switch (t) {
+    case SHAPEJIT_F32: return at::kFloat;
+    case SHAPEJIT_F16: return at::kHalf;
+    case SHAPEJIT_BF16: return at::kBFloat16;
+    case SHAPEJIT_I32: return at::kInt;
+    case SHAPEJIT_I64: return at::kLong;
+  }
+  TORCH_CHECK(false, "shapejit: unknown dtype ", int(t));
+}
+
+/// Every tensor shapejit reads lives in host memory.
+inline void check_cpu(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), "shapejit: ", name, " must be a CPU tensor, but is on ", t.device());
+}
+
+}  // namespace shapejit::torch_ext

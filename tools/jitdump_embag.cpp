@@ -1,0 +1,144 @@
+#include "tools/jitdump_embag.hpp"
+
+#include <asmjit/core.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit/embag_codegen.hpp"
+#include "jit/embag_kernel.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::tools {
+namespace {
+
+using jit::EmbagKey;
+using jit::Isa;
+
+constexpr const char* kKeyFormat =
+    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w][.pad][.pf<N>], "
+    "e.g. embag.avx512.f32.d128.sum.i64.o64";
+
+/// The flags as CLI11 parsed them; turned into an EmbagKey by make_key().
+struct EmbagFlags {
+  std::string key;
+  int64_t dim = 0;
+  std::string mode = "sum";
+  std::string index = "i64";
+  std::string offset = "i64";
+  std::string table = "f32";
+  std::string isa;  // empty: default_isa()
+  bool weighted = false;
+  bool padding = false;
+  int prefetch = 16;
+  DumpOptions dump;
+  std::vector<const CLI::Option*> key_flags;  // the flags --key replaces, to reject mixing them
+};
+
+Mode mode_from(const std::string& s) {
+  return s == "mean" ? Mode::kMean : s == "max" ? Mode::kMax : Mode::kSum;
+}
+
+DType table_from(const std::string& s) {
+  return s == "f16" ? DType::kF16 : s == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
+DType int_from(const std::string& s) { return s == "i32" ? DType::kI32 : DType::kI64; }
+
+const char* mode_text(Mode m) {
+  return m == Mode::kMean ? "mean" : m == Mode::kMax ? "max" : "sum";
+}
+
+// Flags were checked one by one by CLI11; here the rules that span several of them.
+EmbagKey make_key(const EmbagFlags& f) {
+  EmbagKey key;
+  if (!f.key.empty()) {
+    const auto parsed = jit::parse_embag_key(f.key);
+    if (!parsed)
+      throw UsageError("--key: " + f.key + " is not a canonical kernel name (" + kKeyFormat + ")");
+    for (const CLI::Option* o : f.key_flags)
+      if (o->count() > 0)
+        throw UsageError("--key: the name already fixes every kernel flag; drop " + o->get_name() +
+                         " or drop --key");
+    key = *parsed;
+    if (key.weighted && key.mode != Mode::kSum)
+      throw UsageError("--key: " + f.key + " is weighted (.w) in " + mode_text(key.mode) +
+                       " mode; per-sample weights are only allowed in sum mode");
+    return key;
+  }
+  if (f.dim == 0)
+    throw UsageError("embedding-bag: give --dim D (with --mode, --index, ...) or --key NAME");
+  if (f.weighted && f.mode != "sum")
+    throw UsageError("--weighted: per-sample weights are only allowed with --mode sum, not --mode " + f.mode);
+  key.isa = f.isa.empty() ? default_isa() : *jit::parse_isa(f.isa);
+  key.table = table_from(f.table);
+  key.dim = f.dim;
+  key.mode = mode_from(f.mode);
+  key.weighted = f.weighted;
+  key.padding = f.padding;
+  key.index = int_from(f.index);
+  key.offset = int_from(f.offset);
+  key.prefetch = f.prefetch;
+  return key;
+}
+
+void run(const EmbagFlags& flags) {
+  const EmbagKey key = make_key(flags);
+  KernelSource kernel;
+  kernel.name = key.name();
+  kernel.isa = key.isa;
+  kernel.emit = [key](asmjit::CodeHolder& code) { jit::emit_embag_kernel(key, code); };
+  kernel.generate = [key](asmjit::JitRuntime& rt, asmjit::Logger* logger) {
+    const jit::GeneratedEmbagKernel k = jit::generate_embag_kernel(key, rt, logger);
+    rt.release(k.fn);
+    return k.code_bytes;
+  };
+  dump_kernel(kernel, flags.dump);
+}
+
+}  // namespace
+
+Command add_embedding_bag_command(CLI::App& parent) {
+  auto flags = std::make_shared<EmbagFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "embedding-bag",
+      "Generate the embedding-bag kernel of one key and print its canonical name, ISA, code size, "
+      "compile time and assembly listing with machine bytes.");
+  app->footer(
+      "\nExamples:\n"
+      "  jitdump embedding-bag --dim 128 --mode max --index i64 --offset i64\n"
+      "  jitdump embedding-bag --dim 20 --isa avx2 --weighted --prefetch 8\n"
+      "  jitdump embedding-bag --dim 64 --isa neon             (cross-emits AArch64 code on x86-64)\n"
+      "  jitdump embedding-bag --key embag.avx512.f32.d128.sum.i64.o64");
+
+  app->add_option("--key", flags->key,
+                                     std::string("A kernel's canonical name instead of the flags below: ") +
+                                         kKeyFormat);
+  std::vector<CLI::Option*> shape;
+  shape.push_back(app->add_option("--dim,-d", flags->dim, "Row width D, the number of columns (required without --key)")
+                      ->check(int_in(1, 1 << 20)));
+  shape.push_back(app->add_option("--mode,-m", flags->mode, "Reduction over a bag's rows (default sum)")
+                      ->check(one_of({"sum", "mean", "max"})));
+  shape.push_back(app->add_option("--index", flags->index, "Element type of indices (default i64)")
+                      ->check(one_of({"i32", "i64"})));
+  shape.push_back(app->add_option("--offset", flags->offset, "Element type of offsets (default i64)")
+                      ->check(one_of({"i32", "i64"})));
+  shape.push_back(app->add_option("--table", flags->table, "Element type of the table (default f32)")
+                      ->check(one_of({"f32", "f16", "bf16"})));
+  shape.push_back(app->add_flag("--weighted,-w", flags->weighted,
+                                "per_sample_weights present: rows are scaled before summing (sum mode only)"));
+  shape.push_back(app->add_flag("--padding,-p", flags->padding,
+                                "padding_idx present: the kernel skips rows equal to it, as ATen does"));
+  shape.push_back(app->add_option("--isa", flags->isa, isa_help({Isa::kAvx512, Isa::kAvx2, Isa::kNeon}))
+                      ->check(one_of({"avx512", "avx2", "neon"})));
+  shape.push_back(app->add_option("--prefetch", flags->prefetch,
+                                  "Software prefetch distance in indices; 0 turns prefetching off (default 16)")
+                      ->check(int_in(0, 1 << 20)));
+  flags->key_flags.assign(shape.begin(), shape.end());
+
+  add_dump_options(*app, flags->dump);
+  return {app, [flags] { run(*flags); }};
+}
+
+}  // namespace shapejit::tools
