@@ -133,6 +133,14 @@ bool fma_peak_supported(FmaWidth) { return false; }
 float fma_peak_loop(FmaWidth, int64_t) { return 0.0f; }
 #endif
 
+float fma_peak_parallel(FmaWidth width, int64_t iterations, int threads) {
+  std::vector<float> sums(static_cast<size_t>(threads));
+  timed_parallel(threads, [&](int t) { sums[size_t(t)] = fma_peak_loop(width, iterations); });
+  float s = 0;
+  for (float v : sums) s += v;
+  return s;
+}
+
 double fma_peak_flops(FmaWidth width, int64_t iterations) {
   const int lanes = width == FmaWidth::kZmm ? 16 : 8;
   return 2.0 * lanes * kFmaPeakChains * double(iterations);
@@ -147,7 +155,7 @@ double measured_fma_peak(int threads) {
   if (!fma_peak_supported(width)) return cache[threads] = 0.0;
   constexpr int64_t kIterations = 1 << 20;  // ~2 ms per thread at 200 GFLOP/s
   double best = 0;
-  for (int round = 0; round < 7; ++round) {
+  for (int round = 0; round < 9; ++round) {
     const double s = timed_parallel(threads, [&](int) { g_sink = fma_peak_loop(width, kIterations); });
     best = std::max(best, threads * fma_peak_flops(width, kIterations) / s);
   }
@@ -161,7 +169,14 @@ ReadBuffer::ReadBuffer() : data_(static_cast<float*>(std::aligned_alloc(64, kByt
 
 ReadBuffer::~ReadBuffer() { std::free(data_); }
 
-float ReadBuffer::read_all() const { return read_sum(data_, kBytes / sizeof(float)); }
+float ReadBuffer::read_all(int threads) const {
+  const size_t per_thread = kBytes / sizeof(float) / size_t(threads) / 128 * 128;
+  std::vector<float> sums(static_cast<size_t>(threads));
+  timed_parallel(threads, [&](int t) { sums[size_t(t)] = read_sum(data_ + size_t(t) * per_thread, per_thread); });
+  float s = 0;
+  for (float v : sums) s += v;
+  return s;
+}
 
 double measured_read_bandwidth(int threads) {
   static std::mutex mutex;

@@ -22,6 +22,10 @@ bool fma_peak_supported(FmaWidth width);
 /// fma_peak_flops(width, iterations).
 float fma_peak_loop(FmaWidth width, int64_t iterations);
 
+/// fma_peak_loop on `threads` threads at once (the caller is one of them), each doing
+/// `iterations` rounds; flops done: threads * fma_peak_flops(width, iterations).
+float fma_peak_parallel(FmaWidth width, int64_t iterations, int threads);
+
 /// Independent accumulator chains of the loop (more than FMA latency x FMA pipes).
 inline constexpr int kFmaPeakChains = 12;
 
@@ -43,8 +47,9 @@ class ReadBuffer {
   ~ReadBuffer();
   ReadBuffer(const ReadBuffer&) = delete;
   ReadBuffer& operator=(const ReadBuffer&) = delete;
-  /// One pass over the whole buffer on the calling thread.
-  float read_all() const;
+  /// One pass over the whole buffer, split in `threads` contiguous parts read at once (the
+  /// caller reads the first).
+  float read_all(int threads = 1) const;
   size_t bytes() const { return kBytes; }
   const float* data() const { return data_; }
 

@@ -36,11 +36,15 @@ void reexec_with_coretype(int /*argc*/, char** argv, char** /*envp*/) {
   if (argv == nullptr || std::getenv("SHAPEJIT_BENCH_REEXECED") != nullptr) return;
   const char* wanted = std::getenv("SHAPEJIT_BENCH_OPENBLAS_CORETYPE");
   if (wanted == nullptr) {
+#if defined(__x86_64__)
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
         !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
       return;
     wanted = "SkylakeX";
+#else
+    return;  // OpenBLAS's own choice is right off x86
+#endif
   }
   const char* current = std::getenv("OPENBLAS_CORETYPE");
   if (*wanted == '\0' || (current != nullptr && strcasecmp(current, wanted) == 0)) return;

@@ -1,10 +1,12 @@
 // Figures of the linear-group rows (names and counters in linear_group_bench.cpp), all from rows
 // of the same run at their minimum time per call:
 //   GFLOPs        counter `flops` / time, in GFLOP/s
-//   vs_peak       GFLOPs / counter `peak_flops` (the FMA peak of the row's thread count,
-//                 measured in the same process by bench/fma_peak.cpp)
-//   GBps          counter `bytes` / time (decode rows: weight bytes streamed; read_peak row)
-//   vs_bw         GBps / counter `read_bw` (the streaming read bandwidth, same process)
+//   vs_peak       GFLOPs / peak, peak = the larger of counter `peak_flops` (FMA peak of the row's
+//                 thread count, measured in the process by bench/fma_peak.cpp) and the GFLOPs of
+//                 linear_group/fma_peak/zmm/t<threads> in this run
+//   GBps          counter `bytes` / time (decode rows: weight bytes streamed; read_peak rows)
+//   vs_bw         GBps / bandwidth, bandwidth = the larger of counter `read_bw` and the GBps of
+//                 linear_group/read_peak/dram/t<threads> in this run
 //   vs_best_peer  time of the fastest peer row (onednn, openblas_*, libxsmm_3x, xnnpack_3x) of
 //                 the same case and thread count / this row's time: > 1 means faster than every
 //                 peer, 1 is the best peer itself; empty when no peer row of the case ran.
@@ -42,34 +44,63 @@ bool is_peer(const std::string& impl) {
   return std::find(std::begin(kPeers), std::end(kPeers), impl) != std::end(kPeers);
 }
 
-// num / (den * 1e-9): a GFLOP/s or GB/s figure over a counter in flop/s or bytes/s.
-std::optional<double> ratio_to_giga(std::optional<double> num, std::optional<double> den) {
+std::optional<double> ratio(std::optional<double> num, std::optional<double> den) {
   if (!num || !den || *den <= 0) return std::nullopt;
-  return *num / (*den * 1e-9);
+  return *num / *den;
+}
+
+// The limits finish() settled on, per thread count, for the summary.
+struct Limits {
+  std::map<std::string, std::optional<double>> peak, bw;
+};
+Limits& limits() {
+  static Limits l;
+  return l;
+}
+
+std::string threads_of(const LgName& n) { return n.problem.substr(n.problem.rfind('/') + 1); }
+
+std::optional<double> giga(std::optional<double> per_second) {
+  return per_second ? std::optional<double>(*per_second * 1e-9) : std::nullopt;
+}
+
+std::optional<double> larger(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::max(*a, *b);
 }
 
 void finish(std::vector<BenchRow*>& rows) {
-  std::map<std::string, double> best_peer;  // problem -> fastest peer's seconds
+  std::map<std::string, double> best_peer;                // problem -> fastest peer's seconds
+  std::map<std::string, std::optional<double>> peak, bw;  // t<n> -> GFLOP/s, GB/s
   for (const BenchRow* r : rows) {
     const auto n = parse(r->name);
-    if (!n || r->error || r->seconds <= 0 || !is_peer(n->impl)) continue;
+    if (!n || r->error || r->seconds <= 0) continue;
+    const std::string t = threads_of(*n);
+    peak[t] = larger(peak[t], giga(r->counter("peak_flops")));
+    bw[t] = larger(bw[t], giga(r->counter("read_bw")));
+    if (r->name == std::string(kPrefix) + "fma_peak/zmm/" + t) peak[t] = larger(peak[t], r->giga_per_second("flops"));
+    if (r->name == std::string(kPrefix) + "read_peak/dram/" + t) bw[t] = larger(bw[t], r->giga_per_second("bytes"));
+    if (!is_peer(n->impl)) continue;
     auto [it, inserted] = best_peer.try_emplace(n->problem, r->seconds);
     if (!inserted) it->second = std::min(it->second, r->seconds);
   }
   for (BenchRow* r : rows) {
     const auto n = parse(r->name);
     if (!n || r->error || r->seconds <= 0) continue;
+    const std::string t = threads_of(*n);
     const auto gflops = r->giga_per_second("flops");
     const auto gbps = r->giga_per_second("bytes");
     r->set("GFLOPs", gflops);
-    r->set("vs_peak", ratio_to_giga(gflops, r->counter("peak_flops")));
+    r->set("vs_peak", ratio(gflops, peak[t]));
     r->set("GBps", gbps);
-    r->set("vs_bw", ratio_to_giga(gbps, r->counter("read_bw")));
+    r->set("vs_bw", ratio(gbps, bw[t]));
     const auto best = best_peer.find(n->problem);
     const bool gemm = n->impl != "fma_peak" && n->impl != "read_peak";
     r->set("vs_best_peer", gemm && best != best_peer.end() ? std::optional<double>(best->second / r->seconds)
                                                              : std::nullopt);
   }
+  limits() = {peak, bw};
 }
 
 std::string cell(std::optional<double> v, const char* format) {
@@ -123,20 +154,11 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
                   j ? cell(j->column("vs_peak"), "%.3f").c_str() : "");
     out << line;
   }
-  // The limits every ratio above used (each thread count's own, measured once in this process).
-  std::map<std::string, std::pair<std::optional<double>, std::optional<double>>> limits;  // t<n> -> peak, bw
-  for (const BenchRow* r : rows) {
-    const auto n = parse(r->name);
-    if (!n || r->error) continue;
-    const std::string threads = n->problem.substr(n->problem.rfind('/') + 1);
-    auto& [peak, bw] = limits[threads];
-    if (!peak) peak = r->counter("peak_flops");
-    if (!bw) bw = r->counter("read_bw");
-  }
-  for (const auto& [threads, limit] : limits) {
+  // The limits every ratio above used.
+  for (const auto& [threads, peak] : limits().peak) {
+    const auto bw = limits().bw.count(threads) ? limits().bw.at(threads) : std::nullopt;
     std::snprintf(line, sizeof line, "limits at %s: FMA peak %s GFLOP/s, DRAM read %s GB/s\n", threads.c_str(),
-                  cell(limit.first ? std::optional<double>(*limit.first * 1e-9) : std::nullopt, "%.1f").c_str(),
-                  cell(limit.second ? std::optional<double>(*limit.second * 1e-9) : std::nullopt, "%.1f").c_str());
+                  cell(peak, "%.1f").c_str(), cell(bw, "%.1f").c_str());
     out << line;
   }
   const auto infos = lg_impl_infos();

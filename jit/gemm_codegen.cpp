@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "jit/a64/gemm_emitter.hpp"
 #include "jit/x86/gemm_emitter.hpp"
 #include "shapejit/shapejit.hpp"
 
@@ -30,7 +31,8 @@ void emit_gemm_kernel(const GemmKey& key, asmjit::CodeHolder& code) {
       emit_gemm_kernel_x86(key, code);
       return;
     case Isa::kNeon:
-      throw Error(Status::kUnsupported, key.name() + ": the NEON GEMM generator is not implemented yet");
+      emit_gemm_kernel_a64(key, code);
+      return;
     case Isa::kScalar:
       break;
   }

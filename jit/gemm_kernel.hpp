@@ -25,11 +25,12 @@ enum class GemmStore : int {
   kTable = 1,     ///< Y[r, c] at c_base + row_off[r] + col_off[c / lanes] + (c % lanes) * 4
 };
 
-/// Floats per vector register for an x86 ISA (16 for AVX-512, 8 for AVX2).
-constexpr int64_t gemm_lanes(Isa isa) { return isa == Isa::kAvx512 ? 16 : 8; }
+/// Floats per vector register (16 for AVX-512, 8 for AVX2, 4 for NEON).
+constexpr int64_t gemm_lanes(Isa isa) { return isa == Isa::kAvx512 ? 16 : isa == Isa::kNeon ? 4 : 8; }
 
 /// Largest row count a kernel of `nv` vectors per panel may have on `isa` (register budget:
-/// mr * nv accumulators, nv weight vectors and two broadcast temporaries; at most 8 rows).
+/// mr * nv accumulators, nv weight vectors and two broadcast temporaries, or on NEON one X
+/// register per row; at most 8 rows).
 int gemm_max_mr(Isa isa, int nv);
 
 /// Everything generated code is specialised on.

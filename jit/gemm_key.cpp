@@ -55,6 +55,7 @@ std::optional<int64_t> parse_positive(std::string_view s) {
 
 int gemm_max_mr(Isa isa, int nv) {
   if (nv < 1) return 0;
+  if (isa == Isa::kNeon) return std::clamp((32 - nv) / (nv + 1), 0, 8);  // 32 v registers
   // AVX-512 keeps 24 accumulators (5+ registers left for weights and broadcasts); AVX2 has
   // 16 registers: nv weights and two broadcast temporaries besides the accumulators.
   const int budget = isa == Isa::kAvx512 ? std::min(24, 32 - nv - 2) : 16 - nv - 2;

@@ -10,6 +10,7 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kF32Eps = 1.0 / 16777216.0;  // 2^-24, the unit roundoff of f32
+constexpr double kF32Underflow = 0x1p-150;    // half the smallest f32 denormal: absolute rounding error
 
 // Spacing of f32 values at |v| (the smallest denormal spacing below FLT_MIN).
 double ulp(float v) {
@@ -98,7 +99,9 @@ ElementRef reference_element(const LinearPartView& p, int64_t row, int64_t col) 
   const float pre = float(dot<true>(p, row, col, &mag));
   const float act = activate(p.activation, pre);
   const float value = act * p.scale;
-  double bound = 2.0 * double(p.k) * kF32Eps * mag + ulp(pre);
+  // Below FLT_MIN an f32 rounding errs by up to 2^-150 absolutely, whatever the magnitudes, so
+  // each of the k + 1 roundings (products or fused adds, and the bias) adds that much.
+  double bound = 2.0 * double(p.k) * kF32Eps * mag + double(p.k + 1) * kF32Underflow + ulp(pre);
   if (p.activation != SHAPEJIT_ACTIVATION_NONE) bound = activation_gain(p.activation) * bound + activation_slack(p.activation, pre, act);
   if (p.scale != 1.0f) bound = std::fabs(double(p.scale)) * bound + ulp(value);
   return {value, bound};

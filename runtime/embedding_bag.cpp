@@ -2,6 +2,8 @@
 // scalar ISA and for the opt-in ATen partial-final-offset quirk (which no kernel reproduces).
 #include "runtime/embedding_bag.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "jit/embag_kernel.hpp"
@@ -14,8 +16,22 @@
 namespace shapejit::rt {
 namespace {
 
-/// Software prefetch distance (indices ahead) of the kernels the API runs.
-constexpr int kPrefetchDistance = 16;
+/// Software prefetch distance (indices ahead) of the kernels the API runs: 16, or
+/// SHAPEJIT_PREFETCH_DISTANCE (0..1024) for tuning on another machine.
+int prefetch_distance() {
+  static const int distance = [] {
+    const char* text = std::getenv("SHAPEJIT_PREFETCH_DISTANCE");
+    if (!text || !*text) return 16;
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1024) {
+      std::fprintf(stderr, "shapejit: ignoring SHAPEJIT_PREFETCH_DISTANCE=%s (want 0..1024)\n", text);
+      return 16;
+    }
+    return int(v);
+  }();
+  return distance;
+}
 
 // The ISAs that have an embedding-bag generator; others run the generic kernel.
 bool has_embag_generator(jit::Isa isa) {
@@ -33,7 +49,7 @@ jit::EmbagKey make_key(const shapejit_embedding_bag_args& a, jit::Isa isa) {
   key.padding = a.has_padding_idx != 0;
   key.index = static_cast<DType>(a.index_dtype);
   key.offset = static_cast<DType>(a.offset_dtype);
-  key.prefetch = kPrefetchDistance;
+  key.prefetch = prefetch_distance();
   return key;
 }
 

@@ -3,6 +3,7 @@
 // run of panels of one part, one kernel call; the row block stays in L1 across the whole panel
 // block (all parts of the group), the panel block (sized for L2) across the row blocks.
 #include "runtime/linear_group_exec.hpp"
+#include "runtime/tsan_sync.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -366,13 +367,18 @@ void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, co
   // Largest first, so the last units to start are the small ones.
   std::stable_sort(s.units.begin(), s.units.end(), [](const Unit& a, const Unit& b) { return a.work > b.work; });
   const std::shared_ptr<tbb::task_arena> arena = engine_arena();
+  ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
+  sync.fork();
   arena->execute([&] {
+    const ParallelRegionSync::Task task(sync);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, s.units.size(), 1),
                       [&](const tbb::blocked_range<size_t>& range) {
+                        const ParallelRegionSync::Task unit_task(sync);
                         for (size_t i = range.begin(); i != range.end(); ++i) run_unit(g, s, s.units[i]);
                       },
                       tbb::simple_partitioner());
   });
+  sync.join();
 }
 
 }  // namespace shapejit::rt

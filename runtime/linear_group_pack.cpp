@@ -17,6 +17,7 @@
 #include "jit/gemm_codegen.hpp"
 #include "runtime/engine_arena.hpp"
 #include "runtime/jit_memory.hpp"
+#include "runtime/tsan_sync.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -31,7 +32,8 @@ constexpr int64_t kParallelPackBytes = int64_t(4) << 20;
 
 // Vectors of a full panel: 3 zmm (48 floats) keep 24 accumulators for 8 rows on AVX-512;
 // AVX2's 16 registers fit 6 rows of 2 ymm.
-int full_panel_vectors(jit::Isa isa) { return isa == jit::Isa::kAvx512 ? 3 : 2; }
+// NEON: 4 q registers (16 floats) with 5 rows (20 accumulators, 4 weights, 5 X registers).
+int full_panel_vectors(jit::Isa isa) { return isa == jit::Isa::kAvx512 ? 3 : isa == jit::Isa::kNeon ? 4 : 2; }
 
 // Copies columns [col0, col0 + cols) of W (rows of W are output columns) into one panel of
 // `width` floats per k row, followed by the bias row when `bias` is given. The panel memory is
@@ -55,6 +57,8 @@ void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
 bool gemm_isa_supported(jit::Isa isa) {
 #if defined(SHAPEJIT_HOST_X86)
   return isa == jit::Isa::kAvx512 || isa == jit::Isa::kAvx2;
+#elif defined(SHAPEJIT_HOST_A64)
+  return isa == jit::Isa::kNeon;
 #else
   (void)isa;
   return false;
@@ -168,11 +172,16 @@ PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa
   if (g.panel_bytes < kParallelPackBytes || engine_threads() <= 1) {
     for (size_t i = 0; i < panels.size(); ++i) fill(i);
   } else {
+    ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
+    sync.fork();
     engine_arena()->execute([&] {
+      const ParallelRegionSync::Task task(sync);
       tbb::parallel_for(tbb::blocked_range<size_t>(0, panels.size()), [&](const tbb::blocked_range<size_t>& r) {
+        const ParallelRegionSync::Task panel_task(sync);
         for (size_t i = r.begin(); i != r.end(); ++i) fill(i);
       });
     });
+    sync.join();
   }
   return g;
 }

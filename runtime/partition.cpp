@@ -2,6 +2,7 @@
 // each chunk boundary is one binary search over the (non-decreasing) offsets: no pass over
 // the indices and no allocation on the inline path.
 #include "runtime/partition.hpp"
+#include "runtime/tsan_sync.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -88,14 +89,19 @@ void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num
     return;
   }
   const std::shared_ptr<tbb::task_arena> arena = engine_arena();
+  ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
+  sync.fork();
   arena->execute([&] {
+    const ParallelRegionSync::Task task(sync);
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, chunks, 1),
         [&](const tbb::blocked_range<size_t>& r) {
+          const ParallelRegionSync::Task chunk_task(sync);
           for (size_t k = r.begin(); k != r.end(); ++k) body(bounds[k], bounds[k + 1]);
         },
         tbb::simple_partitioner());
   });
+  sync.join();
 }
 
 }  // namespace shapejit::rt

@@ -96,19 +96,16 @@ void check_options(const shapejit_embedding_bag_args& a) {
 
 int64_t offset_at(const shapejit_embedding_bag_args& a, int64_t k) { return ref::load_int(a.offsets, a.offset_dtype, k); }
 
-void check_offsets(const shapejit_embedding_bag_args& a) {
+template <class T>
+bool non_decreasing(const T* v, int64_t len) {
+  bool ok = true;
+  for (int64_t k = 1; k < len; ++k) ok &= v[k] >= v[k - 1];
+  return ok;
+}
+
+// Names the first offset that decreases or exceeds N (the caller knows one does).
+[[noreturn]] void report_bad_offset(const shapejit_embedding_bag_args& a) {
   const int64_t n = a.num_indices, len = a.num_offsets;
-  if (a.include_last_offset && len < 1)
-    invalid("include_last_offset requires at least one offset, but offsets is empty");
-  if (len == 0) {
-    if (n > 0) invalid("offsets is empty but indices has " + to_string(n) + " elements (they would belong to no bag)");
-    return;
-  }
-  if (a.include_last_offset && len < 2 && n > 0)
-    invalid("include_last_offset with a single offset describes no bag, but indices has " + to_string(n) + " elements");
-  if (offset_at(a, 0) != 0)
-    invalid("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
-            "However, got " + to_string(offset_at(a, 0)));
   int64_t prev = 0;
   for (int64_t k = 1; k < len; ++k) {
     const int64_t v = offset_at(a, k);
@@ -122,6 +119,29 @@ void check_offsets(const shapejit_embedding_bag_args& a) {
     }
     prev = v;
   }
+  throw Error(Status::kInternalError, "embedding_bag: offsets rejected but no offending offset found");
+}
+
+void check_offsets(const shapejit_embedding_bag_args& a) {
+  const int64_t n = a.num_indices, len = a.num_offsets;
+  if (a.include_last_offset && len < 1)
+    invalid("include_last_offset requires at least one offset, but offsets is empty");
+  if (len == 0) {
+    if (n > 0) invalid("offsets is empty but indices has " + to_string(n) + " elements (they would belong to no bag)");
+    return;
+  }
+  if (a.include_last_offset && len < 2 && n > 0)
+    invalid("include_last_offset with a single offset describes no bag, but indices has " + to_string(n) + " elements");
+  if (offset_at(a, 0) != 0)
+    invalid("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+            "However, got " + to_string(offset_at(a, 0)));
+  // One vectorisable pass: non-decreasing with the last one within N puts every offset in [0, N].
+  // Only a failing call walks them again to name the first culprit.
+  const bool sorted = a.offset_dtype == SHAPEJIT_I32 ? non_decreasing(static_cast<const int32_t*>(a.offsets), len)
+                                                     : non_decreasing(static_cast<const int64_t*>(a.offsets), len);
+  const int64_t last = offset_at(a, len - 1);
+  if (!sorted || last > n) report_bad_offset(a);
+  const int64_t prev = last;
   if (a.include_last_offset && prev < n) {
     if (!a.aten_partial_final_offset)
       invalid("with include_last_offset, offsets[-1] must equal input's length " + to_string(n) + ", but got " +

@@ -41,6 +41,8 @@ bool host_has(Isa isa) {
   __builtin_cpu_init();
   if (isa == Isa::kAvx512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
   if (isa == Isa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#elif defined(__aarch64__)
+  if (isa == Isa::kNeon) return true;  // Advanced SIMD is part of every AArch64 Linux target
 #endif
   (void)isa;
   return false;
@@ -355,15 +357,21 @@ TEST_CASE("linear group jit avx2: random groups vs the reference, 1 and 2 thread
   run_battery(Isa::kAvx2, battery_seed(), shapejit::test::test_case_count(150), false);
 }
 
-TEST_CASE("linear group jit: NaN and infinities propagate through every epilogue" *
-          doctest::skip(!host_has(Isa::kAvx2))) {
+TEST_CASE("linear group jit neon: random groups vs the reference, 1 and 2 threads" *
+          doctest::skip(!host_has(Isa::kNeon))) {
   MESSAGE("seed " << battery_seed() << " (replay: SHAPEJIT_TEST_SEED=" << battery_seed() << ")");
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2})
+  run_battery(Isa::kNeon, battery_seed(), shapejit::test::test_case_count(150), false);
+}
+
+TEST_CASE("linear group jit: NaN and infinities propagate through every epilogue" *
+          doctest::skip(!host_has(Isa::kAvx2) && !host_has(Isa::kNeon))) {
+  MESSAGE("seed " << battery_seed() << " (replay: SHAPEJIT_TEST_SEED=" << battery_seed() << ")");
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
     if (host_has(isa)) run_battery(isa, battery_seed(), shapejit::test::test_case_count(20), true);
 }
 
 TEST_CASE("linear group jit: fixed shapes (tiny cross-attention, decode, panel blocks, padded input)" *
-          doctest::skip(!host_has(Isa::kAvx2))) {
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2})
+          doctest::skip(!host_has(Isa::kAvx2) && !host_has(Isa::kNeon))) {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
     if (host_has(isa)) run_fixed_shapes(isa);
 }

@@ -178,7 +178,7 @@ void A64EmbagEmitter::add_imm(const a64::Gp& dst, const a64::Gp& src, int64_t va
     else a_.sub(dst, src, Imm(magnitude));
     return;
   }
-  if (dst.id() == scratch_.id() || src.id() == scratch_.id())
+  if (src.id() == scratch_.id())  // (dst may be scratch_: src is read before dst is written)
     throw Error(Status::kInternalError, kernel_name() + ": add_imm needs scratch for a large step");
   a_.mov(scratch_, Imm(magnitude));
   if (value >= 0) a_.add(dst, src, scratch_);
@@ -214,17 +214,8 @@ void A64EmbagEmitter::store_cols(uint32_t src, const a64::Gp& base, int64_t offs
   }
 }
 
-// PRFM (immediate, unsigned offset): 0xF9800000 | imm12 << 10 | Rn << 5 | prfop, with
-// imm12 = offset / 8 and prfop PLDL1KEEP = 0b00000.
-uint32_t encode_prfm_pldl1keep(uint32_t base_id, int64_t offset) {
-  if (offset < 0 || offset > 32760 || offset % 8 != 0 || base_id > 30)
-    throw Error(Status::kInternalError, "prfm: offset " + std::to_string(offset) + " or register x" +
-                                            std::to_string(base_id) + " cannot be encoded");
-  return 0xF9800000u | uint32_t(offset / 8) << 10 | base_id << 5;
-}
-
-// `prfm pldl1keep, [base, #offset]`. asmjit 1.9 has no PRFM, so the word is embedded; the
-// listing shows the instruction as a comment line followed by its `.word`.
+// `prfm pldl1keep, [base, #offset]`, embedded as its word (jit/a64/prefetch.hpp); the listing
+// shows the instruction as a comment line followed by its `.word`.
 void A64EmbagEmitter::prefetch(const a64::Gp& base, int64_t offset) {
   const uint32_t word = encode_prfm_pldl1keep(base.id(), offset);
   if (code().logger())

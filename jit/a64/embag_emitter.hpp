@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "jit/a64/prefetch.hpp"
 #include "jit/embag_kernel.hpp"
 #include "jit/kernel_emitter.hpp"
 
@@ -106,10 +107,6 @@ class A64EmbagEmitter : private KernelEmitter {
   uint32_t mask_ = 0;    // max: fcmgt result
   uint32_t widen_ = 0;   // max, 64-bit ids: half of mask_ widened to 2 x 64-bit lanes
 };
-
-/// The machine word of `prfm pldl1keep, [x<base_id>, #offset]` (offset a multiple of 8 in
-/// [0, 32760]), which asmjit 1.9's a64 assembler cannot encode.
-uint32_t encode_prfm_pldl1keep(uint32_t base_id, int64_t offset);
 
 /// Emits the NEON kernel for `key` (key.isa == kNeon) into `code` (initialised for AArch64).
 void emit_embag_kernel_a64(const EmbagKey& key, asmjit::CodeHolder& code);

@@ -1,0 +1,56 @@
+// Happens-before edges that oneTBB provides but ThreadSanitizer cannot see: Debian's libtbb is
+// not instrumented, so TSan misses that a parallel region's tasks start after the forking
+// thread's writes (fork) and that the thread waiting for the region sees the tasks' writes
+// (join). Without them every output a TBB worker writes looks like a race with the caller.
+// ParallelRegionSync states exactly these two edges, and nothing else; it compiles to nothing
+// unless the build uses -fsanitize=thread (tools/test.sh's build-tsan/).
+#pragma once
+
+#if defined(__SANITIZE_THREAD__)
+#define SHAPEJIT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHAPEJIT_TSAN 1
+#endif
+#endif
+
+#if defined(SHAPEJIT_TSAN)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
+namespace shapejit::rt {
+
+/// The fork and join edges of one parallel region (see the file comment). The forking thread
+/// calls fork() before task_arena::execute and join() after it; every function that TBB may run
+/// on another thread (the functor given to execute, which a worker runs when the arena has no
+/// free slot, and each parallel_for body) holds a Task for its whole run.
+class ParallelRegionSync {
+ public:
+  void fork() { release(&fork_); }
+  void join() { acquire(&join_); }
+
+  /// Acquires the fork edge on construction, releases into the join edge on destruction.
+  class Task {
+   public:
+    explicit Task(ParallelRegionSync& sync) : sync_(sync) { acquire(&sync_.fork_); }
+    ~Task() { release(&sync_.join_); }
+    Task(const Task&) = delete;
+    Task& operator=(const Task&) = delete;
+
+   private:
+    ParallelRegionSync& sync_;
+  };
+
+ private:
+#if defined(SHAPEJIT_TSAN)
+  static void release(char* p) { __tsan_release(p); }
+  static void acquire(char* p) { __tsan_acquire(p); }
+#else
+  static void release(char*) {}
+  static void acquire(char*) {}
+#endif
+  char fork_ = 0, join_ = 0;  // only their addresses matter
+};
+
+}  // namespace shapejit::rt
