@@ -103,7 +103,9 @@ ElementRef reference_element(const LinearPartView& p, int64_t row, int64_t col) 
   // each of the k + 1 roundings (products or fused adds, and the bias) adds that much.
   double bound = 2.0 * double(p.k) * kF32Eps * mag + double(p.k + 1) * kF32Underflow + ulp(pre);
   if (p.activation != SHAPEJIT_ACTIVATION_NONE) bound = activation_gain(p.activation) * bound + activation_slack(p.activation, pre, act);
-  if (p.scale != 1.0f) bound = std::fabs(double(p.scale)) * bound + ulp(value);
+  // A zero scale makes every finite activated value exactly +-0, even where the bound before it
+  // is infinite (0 * inf would make the bound NaN and reject the exact answer).
+  if (p.scale != 1.0f) bound = (p.scale == 0.0f ? 0.0 : std::fabs(double(p.scale)) * bound) + ulp(value);
   return {value, bound};
 }
 

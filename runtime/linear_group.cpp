@@ -4,8 +4,13 @@
 #include "runtime/linear_group.hpp"
 
 #include <array>
+#include <atomic>
+#include <cstring>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ref/linear_group.hpp"
 #include "runtime/isa_select.hpp"
@@ -32,6 +37,36 @@ LinearPartWeights part_weights(const shapejit_linear_group_desc& desc, int64_t p
   return w;
 }
 
+// Validation of a run is a pure function of the group's shapes (fixed at create) and the io
+// entries. So each thread remembers its last run that passed: a run repeating it exactly (same
+// group, same pointers, sizes and strides: the steady state of a model calling a layer on the
+// same buffers) passes again, and is not checked again; it costs a 64-byte compare per part
+// instead. Keyed by the group's serial, as a later group may reuse a destroyed one's address.
+struct LastValidRun {
+  static constexpr int64_t kMaxParts = 8;
+  uint64_t serial = 0;  // 0: none (serials start at 1)
+  int64_t num_io = 0;
+  std::array<shapejit_linear_group_io, kMaxParts> io;
+};
+static_assert(sizeof(shapejit_linear_group_io) == 64 &&
+                  std::has_unique_object_representations_v<shapejit_linear_group_io>,
+              "io entries are compared byte for byte: no padding");
+
+thread_local LastValidRun t_last_valid_run;
+std::atomic<uint64_t> g_next_serial{1};
+
+void validate_run(const shapejit_linear_group& group, const shapejit_linear_group_io* io, int64_t num_io) {
+  LastValidRun& last = t_last_valid_run;
+  if (io && last.serial == group.serial && last.num_io == num_io &&
+      std::memcmp(last.io.data(), io, size_t(num_io) * sizeof *io) == 0)
+    return;
+  validate_linear_group_run(group.shapes, io, num_io);
+  if (num_io > LastValidRun::kMaxParts) return;
+  last.serial = group.serial;
+  last.num_io = num_io;
+  std::memcpy(last.io.data(), io, size_t(num_io) * sizeof *io);
+}
+
 // Packs for the JIT; false when the ISA has no GEMM generator or the shape is beyond it.
 bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& desc) {
   const jit::Isa isa = selected_isa();
@@ -52,6 +87,7 @@ bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& de
 std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_desc& desc) {
   auto group = std::make_unique<shapejit_linear_group>();
   group->shapes = validate_linear_group_desc(desc);
+  group->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
   if (try_pack(*group, desc)) return group;
   group->parts.resize(group->shapes.size());
   for (int64_t p = 0; p < desc.num_parts; ++p) {
@@ -74,19 +110,23 @@ std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear
 }
 
 void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_group_io* io, int64_t num_io) {
-  validate_linear_group_run(group.shapes, io, num_io);
+  validate_run(group, io, num_io);
   if (!group.packed.parts.empty()) {
-    // A stack array for the usual few parts: a heap allocation shows in the tiny cases.
+    // A stack array for the usual few parts: a heap allocation shows in the tiny cases. (In a
+    // union, so its elements are not initialized before being written: that shows too.)
     constexpr size_t kInlineParts = 8;
-    std::array<LinearPartIo, kInlineParts> inline_io;
+    union InlineIo {
+      InlineIo() {}
+      LinearPartIo items[kInlineParts];
+    } inline_io;
     std::vector<LinearPartIo> heap_io;
-    std::span<LinearPartIo> part_io(inline_io.data(), size_t(num_io));
+    std::span<LinearPartIo> part_io(inline_io.items, size_t(num_io));
     if (size_t(num_io) > kInlineParts) {
       heap_io.resize(size_t(num_io));
       part_io = heap_io;
     }
     for (size_t p = 0; p < part_io.size(); ++p)
-      part_io[p] = {io[p].x, io[p].m, io[p].ldx, io[p].y, io[p].ldy, io[p].batch};
+      new (&part_io[p]) LinearPartIo{io[p].x, io[p].m, io[p].ldx, io[p].y, io[p].ldy, io[p].batch};
     run_packed_group(group.packed, part_io);
     return;
   }
@@ -191,15 +231,23 @@ void LinearGroup::run(std::span<const LinearInput> inputs, std::span<const Linea
     throw Error(Status::kInvalidArgument, "linear_group: inputs.size() = " + std::to_string(inputs.size()) +
                                               " and outputs.size() = " + std::to_string(outputs.size()) +
                                               " must both equal the group's " + std::to_string(parts) + " parts");
-  std::vector<shapejit_linear_group_io> io(static_cast<size_t>(parts));
-  for (size_t p = 0; p < io.size(); ++p) {
+  // A stack array for the usual few parts: a heap allocation shows in the tiny cases.
+  constexpr size_t kInlineParts = 8;
+  std::array<shapejit_linear_group_io, kInlineParts> inline_io;
+  std::vector<shapejit_linear_group_io> heap_io;
+  shapejit_linear_group_io* io = inline_io.data();
+  if (size_t(parts) > kInlineParts) {
+    heap_io.resize(size_t(parts));
+    io = heap_io.data();
+  }
+  for (size_t p = 0; p < size_t(parts); ++p) {
     const rt::LinearPartShape& shape = group_->shapes[p];
     const LinearInput& in = inputs[p];
     const LinearOutput& out = outputs[p];
     io[p] = {in.x, in.m, in.k, in.ldx == 0 ? in.k : in.ldx, out.y, out.ldy == 0 ? shape.n : out.ldy, out.batch,
              out.seq_len};
   }
-  rt::run_linear_group(*group_, io.data(), parts);
+  rt::run_linear_group(*group_, io, parts);
 }
 
 }  // namespace shapejit

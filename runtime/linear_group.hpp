@@ -26,6 +26,7 @@ struct LinearGroupPart {
 /// The C handle's definition: what validation checks runs against, and either the JIT's packed
 /// panels (`packed.parts` non-empty) or dense copies for the reference path.
 struct shapejit_linear_group {
+  uint64_t serial = 0;  ///< unique per group for the process's lifetime (never an address's reuse)
   std::vector<shapejit::rt::LinearPartShape> shapes;
   shapejit::rt::PackedGroup packed;
   std::vector<shapejit::rt::LinearGroupPart> parts;

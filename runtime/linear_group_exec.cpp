@@ -165,6 +165,34 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
   }
 }
 
+// run_small for a row-major part: run_segment's kRowMajor case with the fields that do not
+// change between row blocks set once (in the tiny calls this bookkeeping costs as much as the
+// kernels). The same kernels with the same arguments, so the same bits.
+void run_small_row_major(const unsigned char* panels, const PackedPart& p, const LinearPartIo& io) {
+  jit::GemmKernelArgs full{}, edge{};
+  full.lda = edge.lda = io.ldx * 4;
+  full.ldc = edge.ldc = io.ldy * 4;
+  full.scale = edge.scale = p.scale;
+  full.b = reinterpret_cast<const float*>(panels + p.offset);
+  full.panels = p.full_panels;
+  edge.b = reinterpret_cast<const float*>(panels + p.offset + p.full_panels * p.full_bytes);
+  edge.panels = 1;
+  const int64_t edge_col0 = p.full_panels * p.nc;
+  for (int64_t r = 0; r < io.m; r += p.mr) {
+    const int rows = int(std::min<int64_t>(p.mr, io.m - r));
+    const float* a = io.x + r * io.ldx;
+    float* c = io.y + r * io.ldy;
+    if (p.full_panels > 0) {
+      full.a = a, full.c = c;
+      p.full[size_t(rows - 1)](&full);
+    }
+    if (p.edge_cols > 0) {
+      edge.a = a, edge.c = c + edge_col0;
+      p.edge[size_t(rows - 1)](&edge);
+    }
+  }
+}
+
 // Small calls: part by part, row block by row block, all full panels in one call, then the
 // edge panel. Same kernels and row blocks as the blocked path, so the same bits.
 void run_small(const PackedGroup& g, std::span<const LinearPartIo> io) {
@@ -172,6 +200,10 @@ void run_small(const PackedGroup& g, std::span<const LinearPartIo> io) {
   std::vector<int64_t>* tables = nullptr;  // the thread's table scratch, touched only for head-split
   for (size_t i = 0; i < io.size(); ++i) {
     if (io[i].m == 0) continue;
+    if (g.parts[i].store == PartStore::kRowMajor) {
+      run_small_row_major(g.panels.get(), g.parts[i], io[i]);
+      continue;
+    }
     PartCall c;
     c.part = &g.parts[i];
     c.io = &io[i];

@@ -3,6 +3,7 @@
 #include "runtime/validate_linear_group.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -26,19 +27,32 @@ std::string hex(uintptr_t v) {
   return buf;
 }
 
-void require_at_least(const std::string& name, int64_t value, int64_t min, const char* rule) {
-  if (value < min) invalid(name + " = " + to_string(value) + " must be >= " + to_string(min) + " (" + rule + ")");
+// A run argument's name such as `io[2].ldx`, spelled out only when a check fails: a run's
+// success path builds no strings (it is most of the cost of a tiny call).
+struct IoName {
+  int64_t part;
+  const char* field;  // ".ldx"; "" for the entry itself
+};
+
+std::string str(const std::string& name) { return name; }
+std::string str(const IoName& name) { return "io[" + to_string(name.part) + "]" + name.field; }
+
+template <class Name>
+void require_at_least(const Name& name, int64_t value, int64_t min, const char* rule) {
+  if (value < min)
+    invalid(str(name) + " = " + to_string(value) + " must be >= " + to_string(min) + " (" + rule + ")");
 }
 
 // Byte count of a strided [rows, width] f32 matrix: ((rows - 1) * stride + width) * 4, which
 // must fit in int64 (so every later address computation is exact).
-int64_t matrix_bytes(const std::string& name, int64_t rows, int64_t width, int64_t stride) {
+template <class Name>
+int64_t matrix_bytes(const Name& name, int64_t rows, int64_t width, int64_t stride) {
   if (rows == 0) return 0;
   int64_t elems = 0, bytes = 0;
   if (__builtin_mul_overflow(rows - 1, stride, &elems) || __builtin_add_overflow(elems, width, &elems) ||
       __builtin_mul_overflow(elems, int64_t{4}, &bytes))
-    invalid(name + " spans " + to_string(rows) + " rows of " + to_string(width) + " floats, " + to_string(stride) +
-            " apart, whose byte count overflows int64");
+    invalid(str(name) + " spans " + to_string(rows) + " rows of " + to_string(width) + " floats, " +
+            to_string(stride) + " apart, whose byte count overflows int64");
   return bytes;
 }
 
@@ -127,82 +141,134 @@ LinearPartShape check_part(const shapejit_linear_group_desc& d, int64_t p) {
   return shape;
 }
 
-// The bytes a strided matrix touches: rows of `width` bytes, `stride` bytes apart.
+// The bytes a strided matrix touches: rows of `width` bytes, `stride` bytes apart, from `begin`
+// to `end`. Named by its io entry (`io[p].x` or `io[p].y`) only in messages.
 struct Region {
-  std::string name;
-  uintptr_t base = 0;
+  int64_t part = 0;
+  bool output = false;
   int64_t rows = 0, width = 0, stride = 0;
+  Int128 begin = 0, end = 0;
 };
 
 // Exact test: do any two rows of a and b share a byte? Outputs interleaved column-wise in one
 // matrix (q, k, v written side by side with ldy = 3E) are legal and must pass.
 bool overlaps(const Region& a, const Region& b) {
-  const Int128 a_end = Int128(a.base) + Int128(a.rows - 1) * a.stride + a.width;
-  const Int128 b_end = Int128(b.base) + Int128(b.rows - 1) * b.stride + b.width;
-  if (a_end <= Int128(b.base) || b_end <= Int128(a.base)) return false;
+  if (a.end <= b.begin || b.end <= a.begin) return false;
   const Region& s = a.rows <= b.rows ? a : b;  // walk the rows of the shorter one
   const Region& t = a.rows <= b.rows ? b : a;
   for (int64_t i = 0; i < s.rows; ++i) {
-    const Int128 lo = Int128(s.base) + Int128(i) * s.stride, hi = lo + s.width;
-    const Int128 first_end = Int128(t.base) + t.width;  // the first row of t that ends after lo
+    const Int128 lo = s.begin + Int128(i) * s.stride, hi = lo + s.width;
+    const Int128 first_end = t.begin + t.width;  // the first row of t that ends after lo
     const Int128 j = lo < first_end ? 0 : (lo - first_end) / t.stride + 1;
     if (j >= t.rows) return false;  // later rows of s start even further on
-    if (Int128(t.base) + j * t.stride < hi) return true;
+    if (t.begin + j * t.stride < hi) return true;
   }
   return false;
 }
 
-Region make_region(std::string name, const void* base, int64_t rows, int64_t width_elems, int64_t stride_elems) {
-  Region r{std::move(name), uintptr_t(base), rows, width_elems * 4, stride_elems * 4};
-  if (rows == 1) r.stride = r.width;
+// Part p's input or output (m > 0, arguments checked). A head-split output is one dense block
+// of m * N floats.
+Region region_of(const LinearPartShape& part, const shapejit_linear_group_io& io, int64_t p, bool output) {
+  const bool dense = output && part.layout != SHAPEJIT_LAYOUT_ROW_MAJOR;
+  Region r;
+  r.part = p;
+  r.output = output;
+  r.rows = dense ? 1 : io.m;
+  r.width = (output ? (dense ? io.m * part.n : part.n) : io.k) * 4;
+  r.stride = r.rows == 1 ? r.width : (output ? io.ldy : io.ldx) * 4;
+  r.begin = Int128(uintptr_t(output ? static_cast<const void*>(io.y) : static_cast<const void*>(io.x)));
+  r.end = r.begin + Int128(r.rows - 1) * r.stride + r.width;
   return r;
 }
 
 std::string describe(const Region& r) {
-  const Int128 end = Int128(r.base) + Int128(r.rows - 1) * r.stride + r.width;
-  return r.name + " = " + hex(r.base) + " (" + to_string(r.rows) + " rows of " + to_string(r.width) + " bytes, " +
-         to_string(r.stride) + " apart, ending at " + hex(uintptr_t(end)) + ")";
+  return str(IoName{r.part, r.output ? ".y" : ".x"}) + " = " + hex(uintptr_t(r.begin)) + " (" + to_string(r.rows) +
+         " rows of " + to_string(r.width) + " bytes, " + to_string(r.stride) + " apart, ending at " +
+         hex(uintptr_t(r.end)) + ")";
 }
 
-// Checks part p's run arguments and appends its input and output regions (when m > 0).
-void check_io(const LinearPartShape& part, const shapejit_linear_group_io& io, int64_t p, std::vector<Region>& inputs,
-              std::vector<Region>& outputs) {
-  const std::string name = "io[" + to_string(p) + "]";
-  require_at_least(name + ".m", io.m, 0, "a row count");
+// Where a matrix's bytes lie, [begin, end), and whose it is: all the overlap screening needs.
+// 64-bit, as the usual run's addresses are: a span whose end passes 2^64 sets `wrapped`.
+// (No member initializers: a run keeps up to 16 on the stack, written before they are read.)
+struct Span {
+  uintptr_t begin, end;
+  int64_t part;
+};
+
+// Disjoint spans cannot share a byte; intersecting ones get the exact row-by-row test.
+bool spans_intersect(const Span& a, const Span& b) { return a.end > b.begin && b.end > a.begin; }
+
+// [base, base + bytes) with bytes < 2^63 (checked); an end past 2^64 sets `wrapped`.
+Span make_span(const void* base, int64_t bytes, int64_t part, bool& wrapped) {
+  Span s{uintptr_t(base), 0, part};
+  wrapped |= __builtin_add_overflow(s.begin, uintptr_t(bytes), &s.end);
+  return s;
+}
+
+// Checks part p's run arguments in argument order, throwing on the first broken rule; returns
+// when they are all kept. Out of line and cold: fast_io_ok() lets the usual call skip it.
+[[gnu::cold, gnu::noinline]] void check_io(const LinearPartShape& part, const shapejit_linear_group_io& io,
+                                           int64_t p) {
+  require_at_least(IoName{p, ".m"}, io.m, 0, "a row count");
   if (io.k != part.k)
-    invalid(name + ".k = " + to_string(io.k) + " does not match the part's weight K = " + to_string(part.k) +
-            " (mismatched K)");
+    invalid(str(IoName{p, ".k"}) + " = " + to_string(io.k) + " does not match the part's weight K = " +
+            to_string(part.k) + " (mismatched K)");
   if (io.ldx < io.k)
-    invalid(name + ".ldx = " + to_string(io.ldx) + " is less than " + name + ".k = " + to_string(io.k) +
-            " (input rows must not overlap)");
+    invalid(str(IoName{p, ".ldx"}) + " = " + to_string(io.ldx) + " is less than " + str(IoName{p, ".k"}) + " = " +
+            to_string(io.k) + " (input rows must not overlap)");
   const bool row_major = part.layout == SHAPEJIT_LAYOUT_ROW_MAJOR;
   if (row_major && io.ldy < part.n)
-    invalid(name + ".ldy = " + to_string(io.ldy) + " is less than the part's N = " + to_string(part.n) +
-            " (output rows must not overlap)");
+    invalid(str(IoName{p, ".ldy"}) + " = " + to_string(io.ldy) + " is less than the part's N = " +
+            to_string(part.n) + " (output rows must not overlap)");
   if (!row_major) {
-    require_at_least(name + ".batch", io.batch, 0, "a batch size");
-    require_at_least(name + ".seq_len", io.seq_len, 0, "a sequence length");
+    require_at_least(IoName{p, ".batch"}, io.batch, 0, "a batch size");
+    require_at_least(IoName{p, ".seq_len"}, io.seq_len, 0, "a sequence length");
     int64_t product = 0;
     if (__builtin_mul_overflow(io.batch, io.seq_len, &product) || product != io.m)
-      invalid(name + ".batch * " + name + ".seq_len = " + to_string(io.batch) + " * " + to_string(io.seq_len) +
-              " must equal " + name + ".m = " + to_string(io.m) + " for a head-split output");
+      invalid(str(IoName{p, ".batch"}) + " * " + str(IoName{p, ".seq_len"}) + " = " + to_string(io.batch) + " * " +
+              to_string(io.seq_len) + " must equal " + str(IoName{p, ".m"}) + " = " + to_string(io.m) +
+              " for a head-split output");
   }
-  matrix_bytes(name + ".x", io.m, io.k, io.ldx);
+  matrix_bytes(IoName{p, ".x"}, io.m, io.k, io.ldx);
   // A head-split output is one dense block of m * N floats.
   const int64_t y_rows = row_major ? io.m : std::min<int64_t>(io.m, 1);
   int64_t y_width = part.n, y_stride = io.ldy, y_bytes = 0;
   if (!row_major) {
     if (__builtin_mul_overflow(io.m, part.n, &y_width) || __builtin_mul_overflow(y_width, int64_t{4}, &y_bytes))
-      invalid(name + ".y holds " + name + ".m = " + to_string(io.m) + " times N = " + to_string(part.n) +
-              " floats (head-split), whose byte count overflows int64");
+      invalid(str(IoName{p, ".y"}) + " holds " + str(IoName{p, ".m"}) + " = " + to_string(io.m) + " times N = " +
+              to_string(part.n) + " floats (head-split), whose byte count overflows int64");
     y_stride = y_width;
   }
-  matrix_bytes(name + ".y", y_rows, y_width, y_stride);
+  matrix_bytes(IoName{p, ".y"}, y_rows, y_width, y_stride);
   if (io.m == 0) return;
-  if (!io.x) invalid(name + ".x is NULL but " + name + ".m = " + to_string(io.m));
-  if (!io.y) invalid(name + ".y is NULL but " + name + ".m = " + to_string(io.m));
-  inputs.push_back(make_region(name + ".x", io.x, io.m, io.k, io.ldx));
-  outputs.push_back(make_region(name + ".y", io.y, y_rows, y_width, y_stride));
+  if (!io.x) invalid(str(IoName{p, ".x"}) + " is NULL but " + str(IoName{p, ".m"}) + " = " + to_string(io.m));
+  if (!io.y) invalid(str(IoName{p, ".y"}) + " is NULL but " + str(IoName{p, ".m"}) + " = " + to_string(io.m));
+}
+
+// True when ((rows - 1) * stride + width) * 4 fits in int64 (rows >= 1), as matrix_bytes checks.
+bool bytes_fit(int64_t rows, int64_t width, int64_t stride) {
+  int64_t elems = 0, bytes = 0;
+  return !__builtin_mul_overflow(rows - 1, stride, &elems) && !__builtin_add_overflow(elems, width, &elems) &&
+         !__builtin_mul_overflow(elems, int64_t{4}, &bytes);
+}
+
+// The usual call in a few compares: a row-major part with rows, keeping every rule check_io
+// checks. Anything else (head-split, m == 0, or a broken rule) goes through check_io, which
+// names the first broken rule; so true here implies check_io would pass.
+bool fast_io_ok(const LinearPartShape& part, const shapejit_linear_group_io& io) {
+  return part.layout == SHAPEJIT_LAYOUT_ROW_MAJOR && io.m > 0 && io.k == part.k && io.ldx >= io.k &&
+         io.ldy >= part.n && io.x && io.y && bytes_fit(io.m, io.k, io.ldx) && bytes_fit(io.m, part.n, io.ldy);
+}
+
+// The exact test for a pair whose spans intersect, and the error naming both when they share
+// a byte. Out of line: most runs never get here.
+[[gnu::noinline]] void check_pair_exact(std::span<const LinearPartShape> parts, const shapejit_linear_group_io* io,
+                                        int64_t out, int64_t other, bool other_is_output) {
+  const Region a = region_of(parts[size_t(out)], io[out], out, true);
+  const Region b = region_of(parts[size_t(other)], io[other], other, other_is_output);
+  if (!overlaps(a, b)) return;
+  invalid(describe(a) + " overlaps " + describe(b) +
+          (other_is_output ? " (outputs must not alias)" : " (an output must not overlap any input)"));
 }
 
 }  // namespace
@@ -229,15 +295,46 @@ void validate_linear_group_run(std::span<const LinearPartShape> parts, const sha
     invalid("num_io = " + to_string(num_io) + " but the group has " + to_string(parts.size()) +
             " parts (one input and one output per part)");
   if (!io) invalid("io is NULL but the group has " + to_string(parts.size()) + " parts");
-  std::vector<Region> inputs, outputs;
-  for (size_t p = 0; p < parts.size(); ++p) check_io(parts[p], io[p], int64_t(p), inputs, outputs);
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  // Each part's output span and, unless an earlier part reads the same matrix (k and v of
+  // cross-attention read one memory: a duplicate would only repeat the same tests, and never be
+  // the first to fail one), its input span. Stack arrays for up to kInline parts and plain
+  // locals, so a valid run allocates nothing and the counts stay in registers.
+  constexpr size_t kInline = 8;
+  std::array<Span, kInline> inline_in, inline_out;
+  std::vector<Span> heap;
+  Span* in = inline_in.data();
+  Span* out = inline_out.data();
+  if (parts.size() > kInline) {
+    heap.resize(2 * parts.size());
+    in = heap.data();
+    out = heap.data() + parts.size();
+  }
+  size_t num_in = 0, num_out = 0;
+  bool wrapped = false;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const LinearPartShape& part = parts[p];
+    const shapejit_linear_group_io& a = io[p];
+    if (!fast_io_ok(part, a)) check_io(part, a, int64_t(p));
+    if (a.m == 0) continue;
+    // Byte counts fit in int64 (checked above); a head-split output is one dense block.
+    const bool dense = part.layout != SHAPEJIT_LAYOUT_ROW_MAJOR;
+    const int64_t y_bytes = dense ? a.m * part.n * 4 : ((a.m - 1) * a.ldy + part.n) * 4;
+    out[num_out++] = make_span(a.y, y_bytes, int64_t(p), wrapped);
+    bool seen = false;
+    for (size_t i = 0; i < num_in && !seen; ++i) {
+      const shapejit_linear_group_io& b = io[in[i].part];
+      seen = b.x == a.x && b.m == a.m && b.k == a.k && b.ldx == a.ldx;
+    }
+    if (!seen) in[num_in++] = make_span(a.x, ((a.m - 1) * a.ldx + a.k) * 4, int64_t(p), wrapped);
+  }
+  // Every pair in argument order, so the first overlap reported is the one the exact test
+  // finds first; spans screen, and all pairs get the exact test if an end passed 2^64.
+  for (size_t i = 0; i < num_out; ++i) {
+    const Span& o = out[i];
     for (size_t j = 0; j < i; ++j)
-      if (overlaps(outputs[i], outputs[j]))
-        invalid(describe(outputs[i]) + " overlaps " + describe(outputs[j]) + " (outputs must not alias)");
-    for (const Region& in : inputs)
-      if (overlaps(outputs[i], in))
-        invalid(describe(outputs[i]) + " overlaps " + describe(in) + " (an output must not overlap any input)");
+      if (wrapped || spans_intersect(o, out[j])) check_pair_exact(parts, io, o.part, out[j].part, true);
+    for (size_t j = 0; j < num_in; ++j)
+      if (wrapped || spans_intersect(o, in[j])) check_pair_exact(parts, io, o.part, in[j].part, false);
   }
 }
 

@@ -30,6 +30,9 @@ struct X86VecTraits {
 /// accumulators fit the register file, and per block a loop over the bag's index positions
 /// accumulates rows held in registers, then stores the block. Steps: load_args, bag_loop,
 /// block (row_head, row_accumulate | max_first + max_update), store, bag_counts, finish.
+/// With prefetch the bag loop exists twice: bags whose prefetches stay within the indices run
+/// a copy that reads the index `prefetch` positions ahead without clamping it; the first bag
+/// that would read past the last index continues, with every later bag, in a clamped copy.
 ///
 /// Max mode keeps row ids in 32-bit lanes (half the blend work of 64-bit ones). With int64
 /// indices a bag that meets a row id >= 2^31 restarts on a second copy of the bag body that
@@ -60,6 +63,7 @@ class X86EmbagEmitter : private KernelEmitter {
   // The named steps, in emission order.
   void emit_load_args();
   void emit_bag_loop();
+  void emit_bag_loop_copy(const asmjit::Label& done);
   void emit_bag_body(const std::vector<Block>& blocks);
   void emit_bag_bounds();
   void emit_block_loop(const Block& blk);
@@ -102,6 +106,8 @@ class X86EmbagEmitter : private KernelEmitter {
   bool wide_ids_ = false;            // the path being emitted keeps 64-bit id lanes
   int64_t base_vec_ = 0;             // vector that weight_ and out_ point at (block loops)
   asmjit::Label wide_bag_;           // entry of the 64-bit-id bag body
+  bool clamp_prefetch_ = true;       // the bag loop being emitted may prefetch past the last index
+  asmjit::Label clamped_loop_;       // the clamped copy of the bag loop (invalid: no fast copy)
 
   RegPool gp_, vecs_, kregs_;
   // General-purpose registers by role (see plan_registers for which exist in which key).
