@@ -1,0 +1,368 @@
+// libFuzzer harness of the embedding-bag C ABI. The fuzzer's bytes become one call: dtypes
+// (invalid enum values included), sizes (hostile ones included), flags, offsets, indices
+// (out of range, negative, near 2^31), NaN-filled tables, null pointers, the ISA, the thread
+// count and the code limit. Every input checks:
+//  - shapejit_embedding_bag_output_shapes and shapejit_embedding_bag return OK,
+//    INVALID_ARGUMENT or UNSUPPORTED, agree with each other, and leave outputs untouched when
+//    they fail (sentinel-filled, guard zones around every buffer);
+//  - a call that succeeds equals ref::embedding_bag: every output byte, except that two NaNs
+//    may differ in sign and payload (NaN-ness itself is exact);
+//  - no input buffer is written.
+// Sizes the harness cannot back with memory are only ever paired with arguments the library
+// must reject (null pointers, byte counts that overflow), or run with "sparse" tables whose
+// in-range indices all point at allocated rows.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fuzz_support.hpp"
+#include "ref/embedding_bag.hpp"
+#include "runtime/isa_select.hpp"
+#include "shapejit/shapejit.h"
+#include "support/embag_cases.hpp"
+
+namespace {
+
+using shapejit::fuzz::Draw;
+using shapejit::fuzz::fail;
+using shapejit::test::EmbagOutput;
+using shapejit::test::GuardedOutputs;
+
+constexpr int64_t kMaxIndices = 200;
+constexpr int64_t kMaxOffsets = 48;
+constexpr int64_t kTableBudgetFloats = int64_t{1} << 16;  // memory backing a table
+constexpr int64_t kOutputBudgetBytes = int64_t{1} << 20;   // per output buffer
+constexpr int64_t kCodeLimitBytes = int64_t{32} << 20;     // keeps a long run's code bounded
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+
+shapejit::fuzz::Tally tally("embedding_bag_fuzzer");
+
+// One drawn call with the memory behind it.
+struct Call {
+  shapejit_embedding_bag_args args{};
+  std::vector<float> table;                        // real_rows rows (the last one only dim wide)
+  std::vector<unsigned char> indices, offsets;     // storage in the declared dtype (int64 if invalid)
+  std::vector<float> psw;
+  std::vector<int64_t> index_values, offset_values;  // as stored, for reports
+  int64_t real_rows = 0;
+  int isa_choice = 0, threads = 1;
+  bool generic_only = false;
+  bool null_when_empty = false;
+  std::optional<EmbagOutput> null_output;  // a non-empty output passed as NULL
+};
+
+bool is_int_dtype(int64_t t) { return t == SHAPEJIT_I32 || t == SHAPEJIT_I64; }
+
+// A count the harness backs with `real` elements: the drawn value when small, else 0 elements
+// behind a pointer that makes the call invalid (NULL, or a count whose bytes overflow).
+int64_t draw_count(Draw& d, int64_t max, int64_t& real, bool& force_null) {
+  force_null = false;
+  if (!d.chance(8)) {
+    real = d.chance(70) ? d.in_range(0, std::min<int64_t>(max, 16)) : d.in_range(0, max);
+    return real;
+  }
+  real = 0;
+  static constexpr int64_t kHostile[] = {-1, std::numeric_limits<int64_t>::min(), int64_t{1} << 61, kI64Max,
+                                         int64_t{1} << 40, int64_t{1} << 32};
+  const int64_t v = kHostile[d.in_range(0, std::size(kHostile) - 1)];
+  force_null = v > 0 && v < (int64_t{1} << 60);  // readable-looking sizes come with no memory
+  return v;
+}
+
+void store_ints(std::vector<unsigned char>& out, int64_t dtype, const std::vector<int64_t>& values) {
+  const size_t width = dtype == SHAPEJIT_I32 ? 4 : 8;
+  out.assign(std::max<size_t>(values.size() * width, 8), 0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (width == 4) {
+      const int32_t v = static_cast<int32_t>(values[i]);
+      std::memcpy(out.data() + i * 4, &v, 4);
+    } else {
+      std::memcpy(out.data() + i * 8, &values[i], 8);
+    }
+  }
+}
+
+int64_t draw_dim(Draw& d) {
+  if (d.chance(88)) return d.chance(75) ? d.in_range(0, 72) : d.in_range(73, 600);
+  return d.size(4, 100);
+}
+
+int64_t draw_row_stride(Draw& d, int64_t dim) {
+  if (d.chance(70)) return dim;
+  if (d.chance(75)) return shapejit::fuzz::wrap_add(dim, d.in_range(1, 7));
+  static constexpr int64_t kHostile[] = {-1, 0, int64_t{1} << 40, int64_t{1} << 61, kI64Max};
+  return d.chance(30) ? shapejit::fuzz::wrap_sub(dim, 1) : kHostile[d.in_range(0, std::size(kHostile) - 1)];
+}
+
+// Offsets: a valid split of [0, N] (include_last_offset ends at N), then perhaps one mutation.
+std::vector<int64_t> draw_offsets(Draw& d, int64_t count, int64_t n, bool include_last) {
+  std::vector<int64_t> v(size_t(count), 0);
+  for (auto& x : v) x = d.in_range(0, std::max<int64_t>(n, 0));
+  std::sort(v.begin(), v.end());
+  if (!v.empty()) {
+    v.front() = 0;
+    if (include_last) v.back() = std::max<int64_t>(n, 0);
+  }
+  if (!v.empty() && d.chance(25)) {
+    const size_t at = size_t(d.in_range(0, count - 1));
+    static constexpr int64_t kSpecial[] = {-1, 1, std::numeric_limits<int32_t>::max(),
+                                           int64_t{1} << 31, std::numeric_limits<int32_t>::min(),
+                                           std::numeric_limits<int64_t>::min(), kI64Max};
+    switch (d.in_range(0, 3)) {
+      case 0: v[at] = shapejit::fuzz::wrap_add(n, d.in_range(-2, 2)); break;   // near N: > N, partial end
+      case 1: v[at] = at > 0 ? v[at - 1] - 1 : 1; break;                          // decreasing / nonzero first
+      case 2: v[at] = kSpecial[d.in_range(0, std::size(kSpecial) - 1)]; break;
+      default: v[at] = d.raw64(); break;
+    }
+  }
+  return v;
+}
+
+// Index values: mostly rows of the real table, else out-of-range and negative ones. Values in
+// [0, num_rows) beyond the real rows are folded back, so a valid call only reads real rows.
+std::vector<int64_t> draw_indices(Draw& d, int64_t count, int64_t num_rows, int64_t real_rows, int64_t dtype) {
+  std::vector<int64_t> v(static_cast<size_t>(count));
+  for (auto& x : v) {
+    const int kind = d.chance(93) ? 0 : int(d.in_range(1, 8));
+    switch (kind) {
+      case 0: x = real_rows > 0 ? d.in_range(0, real_rows - 1) : -1; break;
+      case 1: x = num_rows; break;
+      case 2: x = shapejit::fuzz::wrap_add(num_rows, 1); break;
+      case 3: x = -1; break;
+      case 4: x = std::numeric_limits<int64_t>::min(); break;
+      case 5: x = std::numeric_limits<int32_t>::min(); break;
+      case 6: x = std::numeric_limits<int32_t>::max(); break;
+      case 7: x = int64_t{1} << 32; break;
+      default: x = d.raw64(); break;
+    }
+    if (dtype == SHAPEJIT_I32) x = static_cast<int32_t>(x);  // what the library will read
+    if (x >= 0 && x < num_rows && x >= real_rows) x = real_rows > 0 ? x % real_rows : -1;
+  }
+  return v;
+}
+
+Call draw_call(FuzzedDataProvider& fdp) {
+  Draw d(fdp);
+  Call c;
+  shapejit_embedding_bag_args& a = c.args;
+  const uint8_t env = d.byte();
+  c.isa_choice = env & 3;
+  c.threads = 1 + ((env >> 2) & 1);
+  c.generic_only = ((env >> 3) & 7) == 0;
+  c.null_when_empty = (env >> 6) & 1;
+
+  shapejit::fuzz::store_enum(a.weight_dtype, d.dtype(SHAPEJIT_F32, 92));
+  const int64_t index_dtype = d.dtype(d.chance(50) ? SHAPEJIT_I64 : SHAPEJIT_I32, 95);
+  const int64_t offset_dtype = d.dtype(d.chance(70) ? index_dtype : (d.chance(50) ? SHAPEJIT_I64 : SHAPEJIT_I32), 95);
+  shapejit::fuzz::store_enum(a.index_dtype, index_dtype);
+  shapejit::fuzz::store_enum(a.offset_dtype, offset_dtype);
+  const int64_t mode = d.chance(95) ? d.in_range(0, 2) : (d.chance(50) ? 3 : -1);
+  shapejit::fuzz::store_enum(a.mode, mode);
+  a.dim = draw_dim(d);
+  a.row_stride = draw_row_stride(d, a.dim);
+  a.num_rows = d.size(48, 10);
+  a.include_last_offset = d.chance(30) ? int32_t(d.chance(80) ? 1 : -7) : 0;
+  a.aten_partial_final_offset = d.chance(10) ? 1 : 0;
+
+  int64_t real_n = 0, real_offsets = 0;
+  bool null_indices = false, null_offsets = false;
+  a.num_indices = draw_count(d, kMaxIndices, real_n, null_indices);
+  a.num_offsets = draw_count(d, kMaxOffsets, real_offsets, null_offsets);
+
+  // The real table: as many rows as fit the budget (all of them for ordinary sizes).
+  if (a.num_rows > 0 && a.dim >= 0 && a.row_stride >= a.dim && a.dim <= kTableBudgetFloats) {
+    c.real_rows = std::min<int64_t>(a.num_rows, 1 + (kTableBudgetFloats - a.dim) / std::max<int64_t>(a.row_stride, 1));
+    if (a.row_stride == 0) c.real_rows = std::min<int64_t>(a.num_rows, kTableBudgetFloats);
+  }
+  const int kind = d.value_kind();
+  const int64_t table_floats = c.real_rows > 0 ? (c.real_rows - 1) * a.row_stride + a.dim : 0;
+  c.table.resize(size_t(std::max<int64_t>(table_floats, 1)));
+  for (auto& x : c.table) x = d.value(kind);
+
+  c.offset_values = draw_offsets(d, real_offsets, real_n, a.include_last_offset != 0);
+  c.index_values = draw_indices(d, real_n, a.num_rows, c.real_rows, index_dtype);
+  store_ints(c.offsets, is_int_dtype(offset_dtype) ? offset_dtype : SHAPEJIT_I64, c.offset_values);
+  store_ints(c.indices, is_int_dtype(index_dtype) ? index_dtype : SHAPEJIT_I64, c.index_values);
+
+  if (d.chance(mode == SHAPEJIT_SUM ? 35 : 4)) {
+    const int psw_kind = d.value_kind();
+    c.psw.resize(size_t(std::max<int64_t>(real_n, 1)));
+    for (auto& x : c.psw) x = d.value(psw_kind);
+  }
+  if (d.chance(25)) {
+    a.has_padding_idx = d.chance(85) ? 1 : -3;
+    if (d.chance(85) && a.num_rows > 0) {
+      const int64_t span = std::min<int64_t>(a.num_rows, int64_t{1} << 40);
+      a.padding_idx = (d.chance(50) && !c.index_values.empty())
+                          ? c.index_values[size_t(d.in_range(0, int64_t(c.index_values.size()) - 1))]
+                          : d.in_range(-span, span - 1);
+      if (d.chance(30) && a.padding_idx >= 0) a.padding_idx = shapejit::fuzz::wrap_sub(a.padding_idx, a.num_rows);
+    } else {
+      static constexpr int64_t kHostile[] = {std::numeric_limits<int64_t>::min(), kI64Max, -1};
+      a.padding_idx = d.chance(50) ? a.num_rows : kHostile[d.in_range(0, std::size(kHostile) - 1)];
+      if (d.chance(30)) a.padding_idx = shapejit::fuzz::wrap_sub(-1, a.num_rows);
+    }
+  }
+
+  a.weight = d.chance(4) ? nullptr : c.table.data();
+  a.indices = null_indices || d.chance(3) ? nullptr : c.indices.data();
+  a.offsets = null_offsets || d.chance(3) ? nullptr : c.offsets.data();
+  a.per_sample_weights = c.psw.empty() || d.chance(3) ? nullptr : c.psw.data();
+  if (d.chance(4)) c.null_output = static_cast<EmbagOutput>(d.in_range(0, 3));
+  return c;
+}
+
+std::string describe(const Call& c) {
+  const auto& a = c.args;
+  int32_t wt, it, ot, md;
+  std::memcpy(&wt, &a.weight_dtype, 4);
+  std::memcpy(&it, &a.index_dtype, 4);
+  std::memcpy(&ot, &a.offset_dtype, 4);
+  std::memcpy(&md, &a.mode, 4);
+  std::string s = "call: weight dtype " + std::to_string(wt) + " rows " + std::to_string(a.num_rows) + " (real " +
+                  std::to_string(c.real_rows) + ") dim " + std::to_string(a.dim) + " stride " +
+                  std::to_string(a.row_stride) + (a.weight ? "" : " (weight NULL)") + "\n  indices dtype " +
+                  std::to_string(it) + " N " + std::to_string(a.num_indices) + (a.indices ? " " : " NULL ") +
+                  shapejit::fuzz::list_text(c.index_values) + "\n  offsets dtype " + std::to_string(ot) + " len " +
+                  std::to_string(a.num_offsets) + (a.offsets ? " " : " NULL ") +
+                  shapejit::fuzz::list_text(c.offset_values) + "\n  mode " + std::to_string(md) + " psw " +
+                  (a.per_sample_weights ? "yes" : "no") + " padding " + std::to_string(a.has_padding_idx) + "/" +
+                  std::to_string(a.padding_idx) + " include_last_offset " + std::to_string(a.include_last_offset) +
+                  " aten_partial " + std::to_string(a.aten_partial_final_offset) + "\n  isa choice " +
+                  std::to_string(c.isa_choice) + " threads " + std::to_string(c.threads) + " generic_only " +
+                  std::to_string(c.generic_only) + " null_when_empty " + std::to_string(c.null_when_empty);
+  if (c.null_output) s += " NULL output " + std::string(shapejit::test::output_name(*c.null_output));
+  if (!c.table.empty()) s += "\n  table[0] " + shapejit::fuzz::float_text(c.table[0]);
+  return s;
+}
+
+bool fits_budget(const shapejit_embedding_bag_shapes& s) {
+  const int64_t ints = s.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
+  auto ok = [](int64_t rows, int64_t cols, int64_t bytes) {
+    int64_t n = 0;
+    return !__builtin_mul_overflow(rows, cols, &n) && n <= kOutputBudgetBytes / bytes;
+  };
+  return ok(s.output_rows, s.output_cols, 4) && ok(s.offset2bag_len, 1, ints) && ok(s.bag_size_len, 1, ints) &&
+         ok(s.max_indices_rows, s.max_indices_cols, ints);
+}
+
+// Every byte of the library's outputs equals the reference's; NaNs may differ in bits only.
+void compare_with_reference(const Call& c, GuardedOutputs& api, const shapejit_embedding_bag_shapes& shapes) {
+  GuardedOutputs want(shapes, 0x5A, c.null_when_empty);
+  shapejit::ref::embedding_bag(c.args, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+                               want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
+  const size_t ints = shapes.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
+  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
+    const auto got = api.bytes(which), ref = want.bytes(which);
+    const size_t width = which == EmbagOutput::kOutput ? 4 : ints;
+    tally.checked += int64_t(got.size() / width);
+    for (size_t e = 0; e < got.size() / width; ++e) {
+      if (std::memcmp(got.data() + e * width, ref.data() + e * width, width) == 0) continue;
+      if (width == 4 && which == EmbagOutput::kOutput) {
+        float x, y;
+        std::memcpy(&x, got.data() + e * 4, 4);
+        std::memcpy(&y, ref.data() + e * 4, 4);
+        if (std::isnan(x) && std::isnan(y)) continue;
+        fail(std::string("output[") + std::to_string(e) + "] = " + shapejit::fuzz::float_text(x) +
+             " but the reference gives " + shapejit::fuzz::float_text(y));
+      }
+      int64_t x = 0, y = 0;
+      std::memcpy(&x, got.data() + e * width, width);
+      std::memcpy(&y, ref.data() + e * width, width);
+      if (width == 4) x = int32_t(x), y = int32_t(y);
+      fail(std::string(shapejit::test::output_name(which)) + "[" + std::to_string(e) + "] = " + std::to_string(x) +
+           " but the reference gives " + std::to_string(y));
+    }
+  }
+}
+
+// Output buffers for a call whose shapes are unknown (rejected): a few small guarded buffers.
+shapejit_embedding_bag_shapes stand_in_shapes() {
+  shapejit_embedding_bag_shapes s{};
+  s.output_rows = 4;
+  s.output_cols = 16;
+  s.index_out_dtype = SHAPEJIT_I64;
+  s.offset2bag_len = 16;
+  s.bag_size_len = 4;
+  s.max_indices_rows = 4;
+  s.max_indices_cols = 16;
+  return s;
+}
+
+void run_call(const Call& c) {
+  shapejit_embedding_bag_shapes shapes;
+  std::memset(&shapes, 0xA5, sizeof shapes);
+  const shapejit_embedding_bag_shapes before = shapes;
+  const shapejit_status shape_status = shapejit_embedding_bag_output_shapes(&c.args, &shapes);
+  shapejit::fuzz::check_status(shape_status, "shapejit_embedding_bag_output_shapes");
+  const std::string shape_error = shapejit_last_error();
+  if (shape_status != SHAPEJIT_OK && std::memcmp(&shapes, &before, sizeof shapes) != 0)
+    fail("a rejected shapejit_embedding_bag_output_shapes wrote its shapes argument");
+  if (shape_status == SHAPEJIT_OK && !fits_budget(shapes)) {  // valid, but too large to back
+    ++tally.too_large;
+    return;
+  }
+
+  GuardedOutputs out(shape_status == SHAPEJIT_OK ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty);
+  void* ptr[4];
+  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) ptr[int(which)] = out.data(which);
+  bool nulled_nonempty = false;
+  if (c.null_output && out.elements(*c.null_output) > 0) {
+    ptr[int(*c.null_output)] = nullptr;
+    nulled_nonempty = true;
+  }
+  const std::vector<float> table = c.table, psw = c.psw;
+  const std::vector<unsigned char> indices = c.indices, offsets = c.offsets;
+  const shapejit_status status = shapejit_embedding_bag(&c.args, ptr[0], ptr[1], ptr[2], ptr[3]);
+  shapejit::fuzz::check_status(status, "shapejit_embedding_bag");
+  if (const std::string g = out.check_guards(); !g.empty()) fail(g);
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {  // bitwise: NaN != NaN
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+  };
+  if (!same(table, c.table) || !same(psw, c.psw) || indices != c.indices || offsets != c.offsets)
+    fail("shapejit_embedding_bag wrote into one of its inputs");
+
+  if (shape_status != SHAPEJIT_OK) {
+    if (status != shape_status || shape_error != shapejit_last_error())
+      fail("output_shapes rejected the call with status " + std::to_string(int(shape_status)) + " (" + shape_error +
+           ") but embedding_bag returned " + std::to_string(int(status)) + " (" + shapejit_last_error() + ")");
+  } else if (nulled_nonempty) {
+    if (status != SHAPEJIT_INVALID_ARGUMENT)
+      fail("a NULL non-empty output gave status " + std::to_string(int(status)) + ", not INVALID_ARGUMENT");
+  } else if (status != SHAPEJIT_OK) {
+    fail(std::string("output_shapes accepted the call but embedding_bag rejected it: ") + shapejit_last_error());
+  }
+  if (status != SHAPEJIT_OK) {
+    if (!out.untouched()) fail(std::string("a rejected call changed an output: ") + shapejit_last_error());
+    ++tally.rejected;
+    return;
+  }
+  compare_with_reference(c, out, shapes);
+  ++tally.accepted;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider fdp(data, size);
+  const Call c = draw_call(fdp);
+  shapejit::fuzz::set_call_description(describe(c));
+
+  std::unique_ptr<shapejit::rt::ScopedIsaOverride> pin;
+  static constexpr shapejit::jit::Isa kIsas[] = {shapejit::jit::Isa::kAvx512, shapejit::jit::Isa::kAvx2,
+                                                 shapejit::jit::Isa::kScalar};
+  if (c.isa_choice > 0 && shapejit::rt::host_supports(kIsas[c.isa_choice - 1]))
+    pin = std::make_unique<shapejit::rt::ScopedIsaOverride>(kIsas[c.isa_choice - 1]);
+  if (shapejit_set_num_threads(c.threads) != SHAPEJIT_OK) fail("set_num_threads failed");
+  if (shapejit_set_code_memory_limit(c.generic_only ? 0 : kCodeLimitBytes) != SHAPEJIT_OK)
+    fail("set_code_memory_limit failed");
+  run_call(c);
+  return 0;
+}

@@ -1,0 +1,370 @@
+// Indices are never trusted: ASan cannot see reads inside generated code, so these tests put
+// PROT_NONE pages around the table (and around the index and offset arrays) and go through
+// the C ABI. A rejected input that reached a row, or a kernel that read past a row's last
+// column (masked AVX2/AVX-512 tails, the stride gap of the last row, prefetches past the last
+// index), faults and the test crashes with the CAPTUREd shape.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ref/embedding_bag.hpp"
+#include "runtime/isa_select.hpp"
+#include "shapejit/shapejit.h"
+#include "support/embag_cases.hpp"
+
+namespace {
+
+using shapejit::jit::Isa;
+using shapejit::test::EmbagOutput;
+using shapejit::test::GuardedOutputs;
+
+/// Where the bytes sit inside their pages.
+enum class Edge { kEnd, kStart };
+
+// `bytes` of memory between two PROT_NONE pages, ending exactly at the second (kEnd) or
+// starting exactly after the first (kStart).
+class FencedBuffer {
+ public:
+  FencedBuffer(size_t bytes, Edge edge) : bytes_(bytes) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t data_pages = (bytes + page - 1) / page + (bytes == 0 ? 1 : 0);
+    map_bytes_ = (data_pages + 2) * page;
+    void* m = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    map_ = static_cast<std::byte*>(m);
+    REQUIRE(mprotect(map_, page, PROT_NONE) == 0);
+    REQUIRE(mprotect(map_ + (data_pages + 1) * page, page, PROT_NONE) == 0);
+    data_ = edge == Edge::kStart ? map_ + page : map_ + (data_pages + 1) * page - bytes;
+  }
+  ~FencedBuffer() { munmap(map_, map_bytes_); }
+  FencedBuffer(const FencedBuffer&) = delete;
+  FencedBuffer& operator=(const FencedBuffer&) = delete;
+
+  template <class T>
+  T* as() { return reinterpret_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::byte* map_ = nullptr;
+  std::byte* data_ = nullptr;
+  size_t map_bytes_ = 0, bytes_ = 0;
+};
+
+// A table of `rows` rows, `stride` floats apart, whose last row ends at its last column: the
+// stride gap of the last row (if any) lies in the protected page.
+struct FencedTable {
+  int64_t rows, dim, stride;
+  FencedBuffer mem;
+  FencedTable(int64_t rows_, int64_t dim_, int64_t stride_, Edge edge)
+      : rows(rows_), dim(dim_), stride(stride_), mem(size_t(((rows_ - 1) * stride_ + dim_) * 4), edge) {
+    float* w = mem.as<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < stride && r * stride + c < (rows - 1) * stride + dim; ++c)
+        w[r * stride + c] = c < dim ? float((r * 7 + c * 3) % 11 - 5) : std::numeric_limits<float>::quiet_NaN();
+  }
+};
+
+// Integer arrays at the end (or start) of their pages, so reading one element too many faults.
+struct FencedInts {
+  FencedBuffer mem;
+  FencedInts(const std::vector<int64_t>& v, shapejit_dtype dtype, Edge edge)
+      : mem(v.size() * (dtype == SHAPEJIT_I32 ? 4 : 8), edge) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (dtype == SHAPEJIT_I32) mem.as<int32_t>()[i] = int32_t(v[i]);
+      else mem.as<int64_t>()[i] = v[i];
+    }
+  }
+};
+
+struct Variant {
+  shapejit_mode mode;
+  bool weighted, padding;
+  const char* name;
+};
+constexpr Variant kVariants[] = {{SHAPEJIT_SUM, false, false, "sum"},
+                                 {SHAPEJIT_SUM, true, false, "weighted sum"},
+                                 {SHAPEJIT_MEAN, false, false, "mean"},
+                                 {SHAPEJIT_MAX, false, false, "max"},
+                                 {SHAPEJIT_SUM, false, true, "sum+padding"},
+                                 {SHAPEJIT_MAX, false, true, "max+padding"}};
+
+// The ISAs to pin: every generated ISA the host runs, then scalar (the reference path).
+std::vector<Isa> isas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon, Isa::kScalar})
+    if (shapejit::rt::host_supports(isa)) v.push_back(isa);
+  return v;
+}
+
+std::vector<int64_t> dims() {
+  std::vector<int64_t> d;
+  for (int64_t D = 1; D <= 70; ++D) d.push_back(D);
+  for (int64_t D : {79, 80, 81, 127, 128, 129, 255, 257, 300, 511, 1000, 1025}) d.push_back(D);
+  return d;
+}
+
+// Bags that all read the last row (at its page end) and row 0, with prefetches past the end.
+const std::vector<int64_t> kLastRowIndices = {2, 0, 2, 2, 1, 2, 2};
+const std::vector<int64_t> kLastRowOffsets = {0, 1, 3, 3, 6};
+
+// Runs one call through the C ABI and through the reference; "" when every output matches
+// (NaN-ness exact, NaN bits free) and no guard changed.
+std::string run_valid(const FencedTable& t, const FencedInts& idx, const FencedInts& off, shapejit_dtype dt,
+                      const Variant& v, const float* psw) {
+  shapejit_embedding_bag_args a{};
+  a.weight = const_cast<FencedTable&>(t).mem.as<float>();
+  a.weight_dtype = SHAPEJIT_F32;
+  a.num_rows = t.rows;
+  a.dim = t.dim;
+  a.row_stride = t.stride;
+  a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
+  a.index_dtype = dt;
+  a.num_indices = int64_t(kLastRowIndices.size());
+  a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
+  a.offset_dtype = dt;
+  a.num_offsets = int64_t(kLastRowOffsets.size());
+  a.mode = v.mode;
+  a.per_sample_weights = v.weighted ? psw : nullptr;
+  a.has_padding_idx = v.padding;
+  a.padding_idx = 0;  // row 0: the last row is still read
+  shapejit_embedding_bag_shapes s{};
+  if (shapejit_embedding_bag_output_shapes(&a, &s) != SHAPEJIT_OK) return shapejit_last_error();
+  GuardedOutputs got(s, 0xCD), want(s, 0x5A);
+  if (got.run(a) != SHAPEJIT_OK) return shapejit_last_error();
+  shapejit::ref::embedding_bag(a, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+                               want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
+  if (std::string g = got.check_guards(); !g.empty()) return g;
+  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
+    const auto x = got.bytes(which), y = want.bytes(which);
+    if (which != EmbagOutput::kOutput) {
+      if (std::memcmp(x.data(), y.data(), x.size()) != 0) return std::string(shapejit::test::output_name(which)) + " differs";
+      continue;
+    }
+    for (size_t e = 0; e < x.size() / 4; ++e) {
+      float p, q;
+      std::memcpy(&p, x.data() + e * 4, 4);
+      std::memcpy(&q, y.data() + e * 4, 4);
+      if (std::memcmp(&p, &q, 4) != 0 && !(std::isnan(p) && std::isnan(q)))
+        return "output[" + std::to_string(e) + "] = " + std::to_string(p) + ", reference " + std::to_string(q);
+    }
+  }
+  return "";
+}
+
+TEST_CASE("guard pages: valid calls on the last row never read past it (every D, every ISA and mode)") {
+  REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
+  const float psw[] = {0.5f, -1.0f, 2.0f, 1.0f, 3.0f, -0.25f, 1.5f};
+  int64_t calls = 0;
+  for (Isa isa : isas()) {
+    shapejit::rt::ScopedIsaOverride pin(isa);
+    for (int64_t D : dims()) {
+      for (int64_t gap : {0, 1, 3, 16}) {  // gap > 0: the last row's stride gap lies past the page
+        const FencedTable table(3, D, D + gap, Edge::kEnd);
+        for (shapejit_dtype dt : {SHAPEJIT_I64, SHAPEJIT_I32}) {
+          const FencedInts idx(kLastRowIndices, dt, Edge::kEnd), off(kLastRowOffsets, dt, Edge::kEnd);
+          for (const Variant& v : kVariants) {
+            if (gap == 16 && dt == SHAPEJIT_I32 && v.padding) continue;  // keep the count moderate
+            CAPTURE(shapejit::jit::isa_name(isa));
+            CAPTURE(D);
+            CAPTURE(gap);
+            CAPTURE(v.name);
+            CAPTURE(shapejit::test::dtype_name(dt));
+            const std::string diff = run_valid(table, idx, off, dt, v, psw);
+            CHECK_MESSAGE(diff.empty(), diff);
+            ++calls;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " valid calls ending at a PROT_NONE page, no fault");
+  shapejit_set_num_threads(0);
+}
+
+// A rejected call must not touch the table: it sits between two PROT_NONE pages (touching
+// the start for negative indices, the end for indices >= n), and a fault crashes the test.
+struct Rejection {
+  std::vector<int64_t> indices, offsets;
+  bool include_last_offset = false;
+  bool has_padding = false;
+  int64_t padding_idx = 0;
+  const char* what;
+};
+
+std::vector<Rejection> rejections(int64_t n) {
+  const int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  std::vector<Rejection> r;
+  for (int64_t bad : {n, n + 1, n + 1000, int64_t{1} << 32, int64_t{1} << 40, kMax, int64_t(-1), -n, -n - 1,
+                      int64_t(std::numeric_limits<int32_t>::min()), kMin}) {
+    r.push_back({{bad, 0, 1}, {0, 2}, false, false, 0, "bad index first"});
+    r.push_back({{0, 1, n - 1, bad}, {0, 2}, false, false, 0, "bad index last"});
+    r.push_back({{n - 1, bad, n - 1}, {0, 1, 3}, true, false, 0, "bad index, include_last_offset"});
+    r.push_back({{0, bad, 1}, {0, 1}, false, true, bad, "bad index equal to a bad padding_idx"});
+    r.push_back({{0, n - 1, bad}, {0, 3}, false, true, 0, "bad index with valid padding"});
+  }
+  r.push_back({{0, 1}, {0, 3}, false, false, 0, "offset past N"});
+  r.push_back({{0, 1}, {1, 2}, false, false, 0, "offsets[0] != 0"});
+  r.push_back({{0, 1, 2}, {0, 2, 1}, false, false, 0, "decreasing offsets"});
+  r.push_back({{0, 1, 2}, {0, -1}, false, false, 0, "negative offset"});
+  r.push_back({{0, 1, 2}, {0, kMax}, false, false, 0, "huge offset"});
+  r.push_back({{0, 1, 2}, {0, kMin}, false, false, 0, "most negative offset"});
+  r.push_back({{0, 1, 2}, {0, 1}, true, false, 0, "partial final offset"});
+  r.push_back({{0, 1, 2}, {}, false, false, 0, "no offsets for N > 0"});
+  r.push_back({{0, 1}, {0, 1}, false, true, n, "padding_idx = n"});
+  r.push_back({{0, 1}, {0, 1}, false, true, -n - 1, "padding_idx = -n - 1"});
+  return r;
+}
+
+// int32 storage would truncate a wider value into a different (possibly valid) one.
+bool fits_i32(const Rejection& r) {
+  auto fits = [](int64_t v) { return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(); };
+  return std::all_of(r.indices.begin(), r.indices.end(), fits) && std::all_of(r.offsets.begin(), r.offsets.end(), fits);
+}
+
+TEST_CASE("guard pages: rejected indices, offsets and padding never touch the table") {
+  REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
+  int64_t calls = 0;
+  for (Isa isa : isas()) {
+    shapejit::rt::ScopedIsaOverride pin(isa);
+    for (int64_t D : {1, 5, 16, 17, 33, 100}) {
+      for (Edge edge : {Edge::kEnd, Edge::kStart}) {
+        const int64_t n = 4;
+        const FencedTable table(n, D, D + (D % 3), edge);
+        for (const Rejection& rj : rejections(n)) {
+          for (shapejit_dtype dt : {SHAPEJIT_I64, SHAPEJIT_I32}) {
+            if (dt == SHAPEJIT_I32 && !fits_i32(rj)) continue;
+            const FencedInts idx(rj.indices, dt, edge), off(rj.offsets, dt, edge);
+            for (const Variant& v : kVariants) {
+              if (v.padding != rj.has_padding) continue;
+              std::vector<float> psw(rj.indices.size(), 1.0f);
+              shapejit_embedding_bag_args a{};
+              a.weight = const_cast<FencedTable&>(table).mem.as<float>();
+              a.weight_dtype = SHAPEJIT_F32;
+              a.num_rows = n;
+              a.dim = D;
+              a.row_stride = table.stride;
+              a.indices = idx.mem.bytes() ? const_cast<FencedInts&>(idx).mem.as<void>() : nullptr;
+              a.index_dtype = dt;
+              a.num_indices = int64_t(rj.indices.size());
+              a.offsets = off.mem.bytes() ? const_cast<FencedInts&>(off).mem.as<void>() : nullptr;
+              a.offset_dtype = dt;
+              a.num_offsets = int64_t(rj.offsets.size());
+              a.mode = v.mode;
+              a.per_sample_weights = v.weighted ? psw.data() : nullptr;
+              a.has_padding_idx = rj.has_padding;
+              a.padding_idx = rj.padding_idx;
+              a.include_last_offset = rj.include_last_offset;
+              // Outputs for the call as if it were valid (at least one bag of D columns).
+              shapejit_embedding_bag_shapes s{};
+              s.output_rows = 4;
+              s.output_cols = D;
+              s.index_out_dtype = dt;
+              s.offset2bag_len = 8;
+              s.bag_size_len = 4;
+              s.max_indices_rows = 4;
+              s.max_indices_cols = D;
+              GuardedOutputs out(s, 0xCD);
+              CAPTURE(shapejit::jit::isa_name(isa));
+              CAPTURE(D);
+              CAPTURE(rj.what);
+              CAPTURE(rj.indices.back());
+              CAPTURE(v.name);
+              CAPTURE(shapejit::test::dtype_name(dt));
+              const shapejit_status status = out.run(a);
+              CHECK(status == SHAPEJIT_INVALID_ARGUMENT);
+              CHECK(out.untouched());
+              CHECK(out.check_guards().empty());
+              ++calls;
+            }
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " rejected calls, none touched the fenced table");
+  shapejit_set_num_threads(0);
+}
+
+// A table may declare more rows than an int32 index can name; a negative int32 index must
+// still be rejected (read as unsigned it is below 2^32, hence below such a row count). The table
+// starts right after a protected page, so reading row -1 faults. Found by the fuzzer.
+TEST_CASE("guard pages: negative int32 indices are rejected even for tables of more than 2^32 rows") {
+  REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
+  int64_t calls = 0;
+  for (Isa isa : isas()) {
+    shapejit::rt::ScopedIsaOverride pin(isa);
+    for (int64_t declared_rows : {int64_t{1} << 31, (int64_t{1} << 32) + 1, int64_t{1} << 40}) {
+      for (int64_t bad : {int64_t(-1), int64_t(-2), int64_t(std::numeric_limits<int32_t>::min())}) {
+        const int64_t D = 16;
+        const FencedTable table(4, D, D, Edge::kStart);
+        const FencedInts idx({0, bad, 3}, SHAPEJIT_I32, Edge::kEnd), off({0, 1}, SHAPEJIT_I32, Edge::kEnd);
+        shapejit_embedding_bag_args a{};
+        a.weight = const_cast<FencedTable&>(table).mem.as<float>();
+        a.num_rows = declared_rows;  // only rows 0..3 exist; valid indices never go further
+        a.dim = D;
+        a.row_stride = D;
+        a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
+        a.index_dtype = SHAPEJIT_I32;
+        a.num_indices = 3;
+        a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
+        a.offset_dtype = SHAPEJIT_I32;
+        a.num_offsets = 2;
+        shapejit_embedding_bag_shapes s{};
+        s.output_rows = 2;
+        s.output_cols = D;
+        s.index_out_dtype = SHAPEJIT_I32;
+        s.bag_size_len = 2;
+        s.max_indices_rows = 2;
+        s.max_indices_cols = 1;
+        GuardedOutputs out(s, 0xCD);
+        CAPTURE(shapejit::jit::isa_name(isa));
+        CAPTURE(declared_rows);
+        CAPTURE(bad);
+        CHECK(out.run(a) == SHAPEJIT_INVALID_ARGUMENT);
+        CHECK(std::string(shapejit_last_error()).find("indices[1]") != std::string::npos);
+        CHECK(out.untouched());
+        ++calls;
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " negative int32 indices against tables of >= 2^31 declared rows, all rejected");
+  shapejit_set_num_threads(0);
+}
+
+// The fence itself works: reading one float past the table's end faults (in a child process,
+// so the test survives), and so does reading one before a start-aligned table.
+TEST_CASE("guard pages: the fence faults one element past the end and before the start") {
+  for (Edge edge : {Edge::kEnd, Edge::kStart}) {
+    FencedTable t(2, 5, 7, edge);
+    const volatile float* p = edge == Edge::kEnd ? t.mem.as<float>() + (t.stride + t.dim) : t.mem.as<float>() - 1;
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // Quietly: the test framework's (and a sanitizer's) fault report would read as a failure.
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      signal(SIGSEGV, SIG_DFL);
+      (void)*p;
+      _exit(0);  // reached only if the read did not fault
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    // A plain build dies of SIGSEGV; a sanitizer's handler reports the fault and exits non-zero.
+    const bool faulted = WIFSIGNALED(status) ? WTERMSIG(status) == SIGSEGV : WEXITSTATUS(status) != 0;
+    CHECK_MESSAGE(faulted, "reading past the fence did not fault (status " << status << ")");
+  }
+}
+
+}  // namespace
