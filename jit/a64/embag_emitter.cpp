@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 
+#include "jit/a64/reg_order.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::jit {
@@ -16,28 +17,6 @@ namespace shapejit::jit {
 using namespace asmjit;
 
 namespace {
-
-constexpr int64_t kMaxDim = int64_t(1) << 24;  // keeps dim * 8 and every pointer step in range
-constexpr int64_t kMaxStaticBlocks = 3;        // more blocks than this run in a loop
-
-// Caller-saved registers first (x0-x17; x18 is the platform register, x29/x30 frame and link),
-// then the callee-saved x19-x28, which the frame saves only when a kernel takes them.
-std::vector<uint32_t> gp_order() {
-  std::vector<uint32_t> ids;
-  for (uint32_t i = 0; i <= 17; ++i) ids.push_back(i);
-  for (uint32_t i = 19; i <= 28; ++i) ids.push_back(i);
-  return ids;
-}
-
-// v0-v7 and v16-v31 are caller-saved; v8-v15 (their low halves) are callee-saved, so they come
-// last and the frame saves d8-d15 when a wide kernel takes them.
-std::vector<uint32_t> vec_order() {
-  std::vector<uint32_t> ids;
-  for (uint32_t i = 0; i <= 7; ++i) ids.push_back(i);
-  for (uint32_t i = 16; i <= 31; ++i) ids.push_back(i);
-  for (uint32_t i = 8; i <= 15; ++i) ids.push_back(i);
-  return ids;
-}
 
 a64::Vec vq(uint32_t id) { return a64::v(id); }  // the whole 128-bit register (q form)
 
@@ -47,8 +26,8 @@ A64EmbagEmitter::A64EmbagEmitter(const EmbagKey& key, CodeHolder& code)
     : KernelEmitter(code, key.name()),
       key_(key),
       a_(&code),
-      gp_(RegGroup::kGp, gp_order()),
-      vecs_(RegGroup::kVec, vec_order()) {
+      gp_(RegGroup::kGp, a64_gp_order(/*with_link_register=*/false)),
+      vecs_(RegGroup::kVec, a64_vec_order()) {
   attach(a_);
 }
 
@@ -80,38 +59,7 @@ int64_t A64EmbagEmitter::id_regs_of(int64_t v) const {
 void A64EmbagEmitter::check_key() const {
   if (key_.isa != Isa::kNeon) unsupported("not the NEON ISA");
   if (code().arch() != Arch::kAArch64) unsupported("the CodeHolder is not initialised for AArch64");
-  if (key_.dim == 0) unsupported("the generic kernel (dim 0) is not generated; the runtime's C++ fallback serves it");
-  if (key_.dim < 0 || key_.dim > kMaxDim)
-    unsupported("dim " + std::to_string(key_.dim) + " is outside [1, " + std::to_string(kMaxDim) + "]");
-  if (key_.table != DType::kF32) unsupported("only f32 tables are generated so far");
-  if (key_.weighted && key_.mode != Mode::kSum) unsupported("per_sample_weights require mode sum");
-  if (key_.prefetch < 0 || key_.prefetch > (1 << 20))
-    unsupported("prefetch distance " + std::to_string(key_.prefetch) + " is outside [0, 2^20]");
-  if ((key_.index != DType::kI32 && key_.index != DType::kI64) ||
-      (key_.offset != DType::kI32 && key_.offset != DType::kI64))
-    unsupported("index and offset types must be i32 or i64");
-}
-
-// Up to kMaxStaticBlocks equal-sized blocks (every row loop does about the same work per
-// index); wider rows get a full first block (it writes offset2bag and counts), a run-time loop
-// of identical full blocks and a last block holding the rest and the tail.
-std::vector<A64EmbagEmitter::Block> A64EmbagEmitter::split_blocks(int64_t vecs_per_block) const {
-  const int64_t num_blocks = (num_vecs_ + vecs_per_block - 1) / vecs_per_block;
-  std::vector<Block> blocks;
-  if (num_blocks > kMaxStaticBlocks) {
-    const int64_t n = vecs_per_block, middle = (num_vecs_ - 1) / n - 1;  // >= 2 here
-    blocks.push_back({0, n, 1});
-    blocks.push_back({n, n, middle});
-    blocks.push_back({(middle + 1) * n, num_vecs_ - (middle + 1) * n, 1});
-    return blocks;
-  }
-  int64_t first = 0;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    const int64_t n = num_vecs_ / num_blocks + (b < num_vecs_ % num_blocks ? 1 : 0);
-    blocks.push_back({first, n, 1});
-    first += n;
-  }
-  return blocks;
+  if (const auto why = embag_key_unsupported_reason(key_)) unsupported(*why);
 }
 
 void A64EmbagEmitter::plan_registers() {
@@ -134,7 +82,7 @@ void A64EmbagEmitter::plan_registers() {
   if (max) mask_ = vecs_.take();
   if (max && wide_ids()) widen_ = vecs_.take();
   const int64_t per = regs_per_vec();
-  blocks_ = split_blocks(int64_t(vecs_.available()) / per);
+  blocks_ = split_embag_blocks(num_vecs_, int64_t(vecs_.available()) / per);
   int64_t widest = 0;
   for (const Block& b : blocks_) {
     widest = std::max(widest, b.num_vecs);

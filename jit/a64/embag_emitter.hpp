@@ -10,6 +10,7 @@
 
 #include "jit/a64/prefetch.hpp"
 #include "jit/embag_kernel.hpp"
+#include "jit/embag_plan.hpp"
 #include "jit/kernel_emitter.hpp"
 
 namespace shapejit::jit {
@@ -39,17 +40,11 @@ class A64EmbagEmitter : private KernelEmitter {
   static constexpr int64_t kBytes = 16;  ///< bytes per vector register
 
  private:
-  /// A run of consecutive vectors (columns [first*4, ...)) processed by one row loop. With
-  /// repeat > 1 the block runs `repeat` times in a run-time loop, each time `num_vecs`
-  /// vectors further right (wide rows keep their code size bounded).
-  struct Block {
-    int64_t first_vec = 0, num_vecs = 0, repeat = 1;
-  };
+  using Block = EmbagBlock;  // columns [first_vec*4, ...); see embag_plan.hpp
 
   // Planning (no code emitted).
   void check_key() const;
   void plan_registers();
-  std::vector<Block> split_blocks(int64_t vecs_per_block) const;
   int64_t regs_per_vec() const;           // slots one vector of columns needs (1, 2 or 3)
   int64_t vec_cols(int64_t v) const;      // columns covered by vector v (4, or the tail)
   int64_t id_regs_of(int64_t v) const;    // max mode: id registers for vector v

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 
+#include "jit/a64/reg_order.hpp"
 #include "shapejit/shapejit.hpp"
 
 // SLEEF's advsimd functions, called from generated code (only their addresses are taken).
@@ -33,25 +34,6 @@ constexpr int64_t kMaxK = int64_t(1) << 22;
 constexpr int64_t kFullUnrollK = 32;  // K up to this is emitted without a loop
 constexpr int64_t kLanes = 4, kVecBytes = 16;
 
-// Caller-saved first (x0-x17), then x19-x28 and last x30 (all saved by the frame when taken;
-// kernels that call SLEEF take x30 explicitly).
-std::vector<uint32_t> gp_order() {
-  std::vector<uint32_t> ids;
-  for (uint32_t i = 0; i <= 17; ++i) ids.push_back(i);
-  for (uint32_t i = 19; i <= 28; ++i) ids.push_back(i);
-  ids.push_back(30);
-  return ids;
-}
-
-// v0-v7, v16-v31, then the callee-saved v8-v15.
-std::vector<uint32_t> vec_order() {
-  std::vector<uint32_t> ids;
-  for (uint32_t i = 0; i <= 7; ++i) ids.push_back(i);
-  for (uint32_t i = 16; i <= 31; ++i) ids.push_back(i);
-  for (uint32_t i = 8; i <= 15; ++i) ids.push_back(i);
-  return ids;
-}
-
 a64::Vec vq(uint32_t id) { return a64::v(id); }
 
 #define SJ_ARG(field) offsetof(GemmKernelArgs, field)
@@ -65,8 +47,8 @@ A64GemmEmitter::A64GemmEmitter(const GemmKey& key, CodeHolder& code)
       tail_(key.tail()),
       mr_(key.mr),
       a_(&code),
-      gp_(RegGroup::kGp, gp_order()),
-      vecs_(RegGroup::kVec, vec_order()) {
+      gp_(RegGroup::kGp, a64_gp_order(/*with_link_register=*/true)),
+      vecs_(RegGroup::kVec, a64_vec_order()) {
   attach(a_);
 }
 

@@ -17,9 +17,6 @@ using namespace asmjit;
 
 namespace {
 
-constexpr int64_t kMaxDim = int64_t(1) << 24;  // keeps dim * 8 and every offset in 32 bits
-constexpr int64_t kMaxStaticBlocks = 3;        // more blocks than this run in a loop
-
 // Preferred order of general-purpose registers: caller-saved first, so small kernels need no
 // saves; rsp is never handed out.
 constexpr uint32_t kGpOrder[] = {x86::Gp::kIdDi, x86::Gp::kIdAx, x86::Gp::kIdCx, x86::Gp::kIdDx,
@@ -85,38 +82,7 @@ bool X86EmbagEmitter::has_wide_path() const {
 void X86EmbagEmitter::check_key() const {
   if (key_.isa != Isa::kAvx512 && key_.isa != Isa::kAvx2) unsupported("not an x86 ISA");
   if (code().arch() != Arch::kX64) unsupported("the CodeHolder is not initialised for x86-64");
-  if (key_.dim == 0) unsupported("the generic kernel (dim 0) is not generated; the runtime's C++ fallback serves it");
-  if (key_.dim < 0 || key_.dim > kMaxDim)
-    unsupported("dim " + std::to_string(key_.dim) + " is outside [1, " + std::to_string(kMaxDim) + "]");
-  if (key_.table != DType::kF32) unsupported("only f32 tables are generated so far");
-  if (key_.weighted && key_.mode != Mode::kSum) unsupported("per_sample_weights require mode sum");
-  if (key_.prefetch < 0 || key_.prefetch > (1 << 20))
-    unsupported("prefetch distance " + std::to_string(key_.prefetch) + " is outside [0, 2^20]");
-  if ((key_.index != DType::kI32 && key_.index != DType::kI64) ||
-      (key_.offset != DType::kI32 && key_.offset != DType::kI64))
-    unsupported("index and offset types must be i32 or i64");
-}
-
-// Up to kMaxStaticBlocks equal-sized blocks (every row loop does about the same work per
-// index); wider rows get a full first block (it writes offset2bag and counts), a run-time loop
-// of identical full blocks and a last block holding the rest and the tail.
-std::vector<X86EmbagEmitter::Block> X86EmbagEmitter::split_blocks(int64_t vecs_per_block) const {
-  const int64_t num_blocks = (num_vecs_ + vecs_per_block - 1) / vecs_per_block;
-  std::vector<Block> blocks;
-  if (num_blocks > kMaxStaticBlocks) {
-    const int64_t n = vecs_per_block, middle = (num_vecs_ - 1) / n - 1;  // >= 2 here
-    blocks.push_back({0, n, 1});
-    blocks.push_back({n, n, middle});
-    blocks.push_back({(middle + 1) * n, num_vecs_ - (middle + 1) * n, 1});
-    return blocks;
-  }
-  int64_t first = 0;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    const int64_t n = num_vecs_ / num_blocks + (b < num_vecs_ % num_blocks ? 1 : 0);
-    blocks.push_back({first, n, 1});
-    first += n;
-  }
-  return blocks;
+  if (const auto why = embag_key_unsupported_reason(key_)) unsupported(*why);
 }
 
 void X86EmbagEmitter::plan_registers() {
@@ -141,8 +107,9 @@ void X86EmbagEmitter::plan_registers() {
   while (vecs_.available() > 0) slots_.push_back(vecs_.take());
 
   const int64_t slots = static_cast<int64_t>(slots_.size());
-  blocks_ = split_blocks(max ? slots / 2 : slots);  // max: value + 32-bit ids per vector
-  if (has_wide_path()) wide_blocks_ = split_blocks(slots / 3);  // value + two 64-bit id halves
+  // max: value + 32-bit ids per vector; the wide path: value + two 64-bit id halves.
+  blocks_ = split_embag_blocks(num_vecs_, max ? slots / 2 : slots);
+  if (has_wide_path()) wide_blocks_ = split_embag_blocks(num_vecs_, slots / 3);
   for (const auto* plan : {&blocks_, &wide_blocks_})
     for (const Block& b : *plan)
       if (b.repeat > 1 && !block_end_.isValid()) block_end_ = gpq();

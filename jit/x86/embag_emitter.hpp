@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jit/embag_kernel.hpp"
+#include "jit/embag_plan.hpp"
 #include "jit/kernel_emitter.hpp"
 
 namespace shapejit::jit {
@@ -44,17 +45,11 @@ class X86EmbagEmitter : private KernelEmitter {
   void generate();
 
  private:
-  /// A run of consecutive vectors (columns [first*lanes, ...)) processed by one row loop.
-  /// With repeat > 1 the block runs `repeat` times in a run-time loop, each time
-  /// `num_vecs` vectors further right (wide rows keep their code size bounded).
-  struct Block {
-    int64_t first_vec = 0, num_vecs = 0, repeat = 1;
-  };
+  using Block = EmbagBlock;  // columns [first_vec*lanes, ...); see embag_plan.hpp
 
   // Planning (no code emitted).
   void check_key() const;
   void plan_registers();
-  std::vector<Block> split_blocks(int64_t vecs_per_block) const;
   void assign_slots(bool wide_ids);          // acc_/idx_* for the path about to be emitted
   int64_t vec_cols(int64_t v) const;          // columns covered by vector v (lanes, or the tail)
   int64_t index_regs_of(int64_t v) const;     // max mode: id registers for vector v

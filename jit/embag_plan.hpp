@@ -1,0 +1,29 @@
+// ISA-independent planning shared by the embedding-bag emitters (jit/x86, jit/a64): which keys
+// any generator accepts, and how a row's vectors are split into register-sized column blocks.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "jit/embag_kernel.hpp"
+
+namespace shapejit::jit {
+
+/// A run of consecutive vectors of a row processed by one row loop. With repeat > 1 the block
+/// runs `repeat` times in a run-time loop, each time `num_vecs` vectors further right (wide
+/// rows keep their code size bounded).
+struct EmbagBlock {
+  int64_t first_vec = 0, num_vecs = 0, repeat = 1;
+};
+
+/// Why no generator emits `key` (dim, table type, mode, prefetch and index/offset rules), or
+/// nullopt when they all may; the ISA and CodeHolder checks stay with each emitter.
+std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key);
+
+/// Splits `num_vecs` vectors into blocks of at most `vecs_per_block`: up to three blocks of
+/// near-equal size, else a full first block, a run-time loop of full blocks and a last block.
+std::vector<EmbagBlock> split_embag_blocks(int64_t num_vecs, int64_t vecs_per_block);
+
+}  // namespace shapejit::jit
