@@ -400,8 +400,9 @@ void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, co
   std::stable_sort(s.units.begin(), s.units.end(), [](const Unit& a, const Unit& b) { return a.work > b.work; });
   const std::shared_ptr<tbb::task_arena> arena = engine_arena();
   ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-  sync.fork();
+  const ParallelRegionSync::Region region(sync);
   arena->execute([&] {
+    ParallelRegionSync::enter_execute();  // before any capture is read
     const ParallelRegionSync::Task task(sync);
     tbb::parallel_for(tbb::blocked_range<size_t>(0, s.units.size(), 1),
                       [&](const tbb::blocked_range<size_t>& range) {
@@ -410,7 +411,6 @@ void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, co
                       },
                       tbb::simple_partitioner());
   });
-  sync.join();
 }
 
 }  // namespace shapejit::rt

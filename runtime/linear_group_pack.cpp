@@ -173,15 +173,15 @@ PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa
     for (size_t i = 0; i < panels.size(); ++i) fill(i);
   } else {
     ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-    sync.fork();
+    const ParallelRegionSync::Region region(sync);
     engine_arena()->execute([&] {
+      ParallelRegionSync::enter_execute();  // before any capture is read
       const ParallelRegionSync::Task task(sync);
       tbb::parallel_for(tbb::blocked_range<size_t>(0, panels.size()), [&](const tbb::blocked_range<size_t>& r) {
         const ParallelRegionSync::Task panel_task(sync);
         for (size_t i = r.begin(); i != r.end(); ++i) fill(i);
       });
     });
-    sync.join();
   }
   return g;
 }

@@ -90,8 +90,9 @@ void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num
   }
   const std::shared_ptr<tbb::task_arena> arena = engine_arena();
   ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-  sync.fork();
+  const ParallelRegionSync::Region region(sync);
   arena->execute([&] {
+    ParallelRegionSync::enter_execute();  // before any capture is read
     const ParallelRegionSync::Task task(sync);
     tbb::parallel_for(
         tbb::blocked_range<size_t>(0, chunks, 1),
@@ -101,7 +102,6 @@ void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num
         },
         tbb::simple_partitioner());
   });
-  sync.join();
 }
 
 }  // namespace shapejit::rt

@@ -22,13 +22,34 @@ extern "C" void __tsan_release(void* addr);
 namespace shapejit::rt {
 
 /// The fork and join edges of one parallel region (see the file comment). The forking thread
-/// calls fork() before task_arena::execute and join() after it; every function that TBB may run
+/// holds a Region around task_arena::execute (fork before, join after); every function that TBB may run
 /// on another thread (the functor given to execute, which a worker runs when the arena has no
 /// free slot, and each parallel_for body) holds a Task for its whole run.
 class ParallelRegionSync {
  public:
-  void fork() { release(&fork_); }
+  void fork() {
+    release(&execute_token());
+    release(&fork_);
+  }
   void join() { acquire(&join_); }
+
+  /// First statement of a functor given to task_arena::execute, before it reads its captures:
+  /// a worker may run that functor for the forking thread, reading the closure on the forking
+  /// thread's stack, so the edge must not itself need a capture (a process-wide token).
+  static void enter_execute() { acquire(&execute_token()); }
+
+  /// fork() on construction, join() on destruction: the join edge also holds when the region
+  /// throws, so the caller's unwinding (freeing what the tasks read) is ordered after them.
+  class Region {
+   public:
+    explicit Region(ParallelRegionSync& sync) : sync_(sync) { sync_.fork(); }
+    ~Region() { sync_.join(); }
+    Region(const Region&) = delete;
+    Region& operator=(const Region&) = delete;
+
+   private:
+    ParallelRegionSync& sync_;
+  };
 
   /// Acquires the fork edge on construction, releases into the join edge on destruction.
   class Task {
@@ -50,6 +71,10 @@ class ParallelRegionSync {
   static void release(char*) {}
   static void acquire(char*) {}
 #endif
+  static char& execute_token() {
+    static char token = 0;
+    return token;
+  }
   char fork_ = 0, join_ = 0;  // only their addresses matter
 };
 
