@@ -14,6 +14,7 @@
 
 #include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
+#include "runtime/embag_kernel_call.hpp"
 #include "support/embag_cases.hpp"
 #include "support/embag_jit_support.hpp"
 
@@ -108,31 +109,11 @@ TEST_CASE("embag jit: random calls of the shared case generator, whole and in ba
       GuardedOutputs want(shapes, 0xA5), got(shapes, 0x5A);
       shapejit::ref::embedding_bag(a, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
                                    want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
-      EmbagKey key;
-      key.isa = isa;
-      key.dim = a.dim;
-      key.mode = static_cast<Mode>(a.mode);
-      key.weighted = a.per_sample_weights != nullptr;
-      key.padding = a.has_padding_idx != 0;
-      key.index = static_cast<DType>(a.index_dtype);
-      key.offset = static_cast<DType>(a.offset_dtype);
-      EmbagKernelArgs g{};
-      g.weight = a.weight;
-      g.row_stride_bytes = a.row_stride * 4;
-      g.dim = a.dim;
-      g.indices = a.indices;
-      g.offsets = a.offsets;
-      g.num_offsets = a.num_offsets;
-      g.num_indices = a.num_indices;
-      g.per_sample_weights = static_cast<const float*>(a.per_sample_weights);
-      g.padding_idx = a.padding_idx < 0 ? a.padding_idx + a.num_rows : a.padding_idx;
-      g.output = static_cast<float*>(got.data(EmbagOutput::kOutput));
-      g.offset2bag = got.data(EmbagOutput::kOffset2bag);
-      g.bag_size = got.data(EmbagOutput::kBagSize);
-      g.max_indices = got.data(EmbagOutput::kMaxIndices);
-      if (a.mode == SHAPEJIT_SUM)  // the runtime's zero fill
-        for (EmbagOutput w : {EmbagOutput::kBagSize, EmbagOutput::kMaxIndices})
-          if (got.elements(w) > 0) std::memset(got.data(w), 0, got.bytes(w).size());
+      const EmbagKey key = shapejit::rt::make_embag_key(a, isa);
+      EmbagKernelArgs g = shapejit::rt::make_embag_kernel_args(
+          a, got.data(EmbagOutput::kOutput), got.data(EmbagOutput::kOffset2bag), got.data(EmbagOutput::kBagSize),
+          got.data(EmbagOutput::kMaxIndices));
+      shapejit::rt::zero_sum_mode_counts(a, got.data(EmbagOutput::kBagSize), got.data(EmbagOutput::kMaxIndices));
       const auto kernel = shapejit::jit::generate_embag_kernel(key, rt);
       const int64_t bags = shapejit::ref::embedding_bag_num_bags(a);
       for (int64_t b = 0; b < bags || b == 0;) {  // random ranges when n is odd

@@ -14,6 +14,7 @@
 
 #include "ref/embedding_bag.hpp"
 #include "runtime/embag_generic_kernel.hpp"
+#include "runtime/embag_kernel_call.hpp"
 #include "runtime/engine_arena.hpp"
 #include "runtime/partition.hpp"
 #include "support/embag_cases.hpp"
@@ -37,37 +38,11 @@ struct KernelCall {
 
 KernelCall make_kernel_call(const shapejit_embedding_bag_args& a, GuardedOutputs& out) {
   KernelCall k{};
-  k.key.isa = shapejit::jit::Isa::kScalar;
-  k.key.table = DType::kF32;
-  k.key.dim = a.dim;
-  k.key.mode = static_cast<Mode>(a.mode);
-  k.key.weighted = a.per_sample_weights != nullptr;
-  k.key.padding = a.has_padding_idx != 0;
-  k.key.index = static_cast<DType>(a.index_dtype);
-  k.key.offset = static_cast<DType>(a.offset_dtype);
+  k.key = shapejit::rt::make_embag_key(a, shapejit::jit::Isa::kScalar);
   k.num_bags = shapejit::ref::embedding_bag_num_bags(a);
-  EmbagKernelArgs& g = k.args;
-  g.weight = a.weight;
-  g.row_stride_bytes = a.row_stride * int64_t(sizeof(float));
-  g.dim = a.dim;
-  g.indices = a.indices;
-  g.offsets = a.offsets;
-  g.num_offsets = a.num_offsets;
-  g.num_indices = a.num_indices;
-  g.per_sample_weights = static_cast<const float*>(a.per_sample_weights);
-  g.padding_idx = a.padding_idx < 0 ? a.padding_idx + a.num_rows : a.padding_idx;
-  g.bag_begin = 0;
-  g.bag_end = k.num_bags;
-  g.output = static_cast<float*>(out.data(EmbagOutput::kOutput));
-  g.offset2bag = out.data(EmbagOutput::kOffset2bag);
-  g.bag_size = out.data(EmbagOutput::kBagSize);
-  g.max_indices = out.data(EmbagOutput::kMaxIndices);
-  // Sum mode's bag_size and max_indices are zeros the kernel does not write: the API fills them.
-  if (a.mode == SHAPEJIT_SUM) {
-    for (EmbagOutput w : {EmbagOutput::kBagSize, EmbagOutput::kMaxIndices})
-      if (out.elements(w) > 0)
-        std::memset(out.data(w), 0, out.bytes(w).size());
-  }
+  k.args = shapejit::rt::make_embag_kernel_args(a, out.data(EmbagOutput::kOutput), out.data(EmbagOutput::kOffset2bag),
+                                                out.data(EmbagOutput::kBagSize), out.data(EmbagOutput::kMaxIndices));
+  shapejit::rt::zero_sum_mode_counts(a, out.data(EmbagOutput::kBagSize), out.data(EmbagOutput::kMaxIndices));
   return k;
 }
 

@@ -69,6 +69,22 @@ struct KernelSource {
   std::function<size_t(asmjit::JitRuntime&, asmjit::Logger*)> generate;
 };
 
+/// The KernelSource of any key (with `name()` and `isa`) and its generator's two entry points,
+/// `emit(key, code)` and `generate(key, runtime, logger)` returning {fn, code_bytes}.
+template <class Key, class Emit, class Generate>
+KernelSource kernel_source(const Key& key, Emit emit, Generate generate) {
+  KernelSource kernel;
+  kernel.name = key.name();
+  kernel.isa = key.isa;
+  kernel.emit = [key, emit](asmjit::CodeHolder& code) { emit(key, code); };
+  kernel.generate = [key, generate](asmjit::JitRuntime& rt, asmjit::Logger* logger) {
+    const auto generated = generate(key, rt, logger);
+    rt.release(generated.fn);
+    return generated.code_bytes;
+  };
+  return kernel;
+}
+
 /// How a kernel is shown.
 struct DumpOptions {
   int runs = 9;             ///< timed generations (median and first are printed)

@@ -85,15 +85,7 @@ EmbagKey make_key(const EmbagFlags& f) {
 
 void run(const EmbagFlags& flags) {
   const EmbagKey key = make_key(flags);
-  KernelSource kernel;
-  kernel.name = key.name();
-  kernel.isa = key.isa;
-  kernel.emit = [key](asmjit::CodeHolder& code) { jit::emit_embag_kernel(key, code); };
-  kernel.generate = [key](asmjit::JitRuntime& rt, asmjit::Logger* logger) {
-    const jit::GeneratedEmbagKernel k = jit::generate_embag_kernel(key, rt, logger);
-    rt.release(k.fn);
-    return k.code_bytes;
-  };
+  const KernelSource kernel = kernel_source(key, jit::emit_embag_kernel, jit::generate_embag_kernel);
   dump_kernel(kernel, flags.dump);
 }
 

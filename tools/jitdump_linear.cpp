@@ -81,15 +81,7 @@ GemmKey make_key(const GemmFlags& f) {
 
 void run(const GemmFlags& flags) {
   const GemmKey key = make_key(flags);
-  KernelSource kernel;
-  kernel.name = key.name();
-  kernel.isa = key.isa;
-  kernel.emit = [key](asmjit::CodeHolder& code) { jit::emit_gemm_kernel(key, code); };
-  kernel.generate = [key](asmjit::JitRuntime& rt, asmjit::Logger* logger) {
-    const jit::GeneratedGemmKernel k = jit::generate_gemm_kernel(key, rt, logger);
-    rt.release(k.fn);
-    return k.code_bytes;
-  };
+  const KernelSource kernel = kernel_source(key, jit::emit_gemm_kernel, jit::generate_gemm_kernel);
   dump_kernel(kernel, flags.dump);
 }
 
