@@ -52,6 +52,7 @@
 
 #include "aten_runner.hpp"
 #include "gather_limit.hpp"
+#include "jit/host_features.hpp"
 #include "ref/embedding_bag.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
@@ -205,8 +206,8 @@ class LimitRunner final : public Runner {
  public:
   LimitRunner(const Workload& w, const ModeSpec& mode, int threads)
       : w_(w), threads_(threads), output_(size_t(w.spec().bags * w.spec().dim)) {
-    if (!limit_host_supported())
-      throw std::runtime_error("limit: the host lacks AVX-512F/BW/DQ/VL");
+    if (const std::string why = jit::isa_unsupported_reason(jit::host_features(), jit::Isa::kAvx512); !why.empty())
+      throw std::runtime_error("limit: the kernel is AVX-512 code and " + why);
     if (!limit_dim_supported(w.spec().dim))
       throw std::runtime_error("limit: no kernel for D=" + std::to_string(w.spec().dim));
     args_.table = w.table();

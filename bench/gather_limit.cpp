@@ -88,13 +88,6 @@ void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
 
 }  // namespace
 
-// A scalar bit test: nothing here for the compiler to vectorise, so it is safe to call on any
-// x86-64 host although this file is compiled for AVX-512.
-bool limit_host_supported() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-}
-
 bool limit_dim_supported(int64_t dim) {
   return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256 || dim == 512;
 }
@@ -126,7 +119,6 @@ bool limit_embedding_bag(const LimitArgs& args, int64_t bag_begin, int64_t bag_e
 
 #else  // not x86-64: there is no limit kernel; its rows report the host as unsupported
 
-bool limit_host_supported() { return false; }
 bool limit_dim_supported(int64_t) { return false; }
 bool limit_embedding_bag(const LimitArgs&, int64_t, int64_t) { return false; }
 

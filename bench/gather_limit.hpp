@@ -39,14 +39,12 @@ struct LimitArgs {
 /// Prefetch distance of the limit kernel, in index positions.
 inline constexpr int kLimitPrefetchDistance = 16;
 
-/// True when the host runs AVX-512F/BW/DQ/VL code (what gather_limit.cpp is compiled for).
-bool limit_host_supported();
-
 /// True when the kernel has a specialisation for this row width (16, 32, ..., 512).
 bool limit_dim_supported(int64_t dim);
 
-/// Computes bags [bag_begin, bag_end) of `args` on the calling thread; the caller checks
-/// limit_host_supported() first. Returns false (computing nothing) for an unsupported dim.
+/// Computes bags [bag_begin, bag_end) of `args` on the calling thread; the caller checks first
+/// that the host runs AVX-512 code (jit::host_runs(Isa::kAvx512), the engine's rule, which
+/// covers the -mavx512f/bw/dq/vl this file is compiled for). Returns false (computing nothing) for an unsupported dim.
 bool limit_embedding_bag(const LimitArgs& args, int64_t bag_begin, int64_t bag_end);
 
 }  // namespace shapejit::bench

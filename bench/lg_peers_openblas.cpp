@@ -15,6 +15,7 @@
 // asked for with SHAPEJIT_BENCH_OPENBLAS_CORETYPE=<name> (empty: keep OPENBLAS_CORETYPE as is).
 // The core in use is printed in the implementation summary.
 #include "lg_peers_common.hpp"
+#include "jit/host_features.hpp"
 
 #if defined(SHAPEJIT_BENCH_OPENBLAS)
 #include <cblas.h>
@@ -37,10 +38,7 @@ void reexec_with_coretype(int /*argc*/, char** argv, char** /*envp*/) {
   const char* wanted = std::getenv("SHAPEJIT_BENCH_OPENBLAS_CORETYPE");
   if (wanted == nullptr) {
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
-      return;
+    if (!jit::host_runs(jit::Isa::kAvx512)) return;  // the engine's rule; safe before main
     wanted = "SkylakeX";
 #else
     return;  // OpenBLAS's own choice is right off x86

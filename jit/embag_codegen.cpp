@@ -32,4 +32,11 @@ GeneratedEmbagKernel generate_embag_kernel(const EmbagKey& key, asmjit::JitRunti
   return {fn, bytes};
 }
 
+GeneratedEmbagKernel generate_embag_kernel_admitted(const EmbagKey& key, asmjit::JitRuntime& runtime,
+                                                    const CodeAdmission& admit) {
+  size_t bytes = 0;
+  const EmbagKernelFn fn = generate_kernel<EmbagKernelFn>(key, runtime, nullptr, emit_embag_kernel, &bytes, admit);
+  return {fn, bytes};
+}
+
 }  // namespace shapejit::jit

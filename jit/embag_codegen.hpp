@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "jit/embag_kernel.hpp"
+#include "jit/runtime_add.hpp"
 
 namespace shapejit::jit {
 
@@ -24,5 +25,10 @@ void emit_embag_kernel(const EmbagKey& key, asmjit::CodeHolder& code);
 /// When `logger` is given, the assembly listing is written to it. Throws like emit_embag_kernel.
 GeneratedEmbagKernel generate_embag_kernel(const EmbagKey& key, asmjit::JitRuntime& runtime,
                                            asmjit::Logger* logger = nullptr);
+
+/// generate_embag_kernel under a bound on code memory: `admit` is asked with the kernel's exact
+/// size before its code is added; when it refuses, nothing is added and `fn` is null.
+GeneratedEmbagKernel generate_embag_kernel_admitted(const EmbagKey& key, asmjit::JitRuntime& runtime,
+                                                    const CodeAdmission& admit);
 
 }  // namespace shapejit::jit

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 
 #include "python/torch_linear_group.hpp"
@@ -109,7 +110,10 @@ Results embedding_bag(const at::Tensor& weight, const at::Tensor& indices, const
   a.offset_dtype = to_shapejit_dtype(offs, "offsets");
   a.num_offsets = offs.numel();
   a.per_sample_weights = psw.defined() ? psw.data_ptr() : nullptr;
-  a.mode = static_cast<shapejit_mode>(mode);
+  // Stored as an int, not converted to the C enum (UB when out of range), so validation reports
+  // the caller's value; one beyond int32 becomes INT32_MIN, which is just as invalid.
+  const int32_t mode_int = mode < INT32_MIN || mode > INT32_MAX ? INT32_MIN : int32_t(mode);
+  std::memcpy(&a.mode, &mode_int, sizeof mode_int);
   a.has_padding_idx = padding_idx.has_value();
   a.padding_idx = padding_idx.value_or(0);
   a.include_last_offset = include_last_offset;

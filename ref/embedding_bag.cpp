@@ -89,8 +89,8 @@ void reduce_sum_or_mean(const shapejit_embedding_bag_args& a, const BagSpan& s, 
 
 // Rule 4: the first row is copied, later rows win only when strictly greater.
 void reduce_max(const shapejit_embedding_bag_args& a, const BagSpan& s, float* out,
-                void* max_indices, shapejit_dtype idx_t, int64_t b) {
-  std::vector<int64_t> winner(static_cast<size_t>(a.dim), 0);
+                void* max_indices, shapejit_dtype idx_t, int64_t b, std::vector<int64_t>& winner) {
+  std::fill(winner.begin(), winner.end(), 0);
   for (int64_t d = 0; d < a.dim; ++d) out[d] = 0.0f;
   bool first = true;
   for (int64_t i = s.begin; i < s.end; ++i) {
@@ -117,6 +117,8 @@ void embedding_bag(const shapejit_embedding_bag_args& a, void* output, void* off
   const shapejit_dtype idx_t = shapes.index_out_dtype;
   const int64_t bags = shapes.output_rows;
   float* out = static_cast<float*>(output);
+  // Allocated before the first write, so running out of memory leaves every output untouched.
+  std::vector<int64_t> winner(a.mode == SHAPEJIT_MAX ? static_cast<size_t>(a.dim) : 0);
 
   if (a.mode == SHAPEJIT_SUM) {  // bag_size and max_indices are zeros in sum mode
     for (int64_t k = 0; k < shapes.bag_size_len; ++k) store_int(bag_size, idx_t, k, 0);
@@ -134,7 +136,7 @@ void embedding_bag(const shapejit_embedding_bag_args& a, void* output, void* off
 
     float* out_row = out + b * a.dim;
     if (a.mode == SHAPEJIT_MAX)
-      reduce_max(a, s, out_row, max_indices, idx_t, b);
+      reduce_max(a, s, out_row, max_indices, idx_t, b, winner);
     else
       reduce_sum_or_mean(a, s, count, out_row);
     if (a.mode != SHAPEJIT_SUM) store_int(bag_size, idx_t, b, count);

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "runtime/c_enum.hpp"
 #include "runtime/embedding_bag.hpp"
 #include "runtime/validate.hpp"
 #include "shapejit/shapejit.hpp"
@@ -33,21 +34,23 @@ std::vector<int64_t> widen(const std::vector<unsigned char>& raw, DType dtype, i
 
 }  // namespace
 
+// Enum fields are stored as the caller's int (any DType or Mode value is a valid int): the
+// validator reports an out-of-range one, where converting it to the C enum would be undefined.
 shapejit_embedding_bag_args EmbeddingBagCall::to_c() const {
   shapejit_embedding_bag_args a{};
   a.weight = weight.data;
-  a.weight_dtype = static_cast<shapejit_dtype>(weight.dtype);
+  rt::set_c_enum(a.weight_dtype, weight.dtype);
   a.num_rows = weight.rows;
   a.dim = weight.dim;
   a.row_stride = weight.row_stride == 0 ? weight.dim : weight.row_stride;
   a.indices = indices.data;
-  a.index_dtype = static_cast<shapejit_dtype>(indices.dtype);
+  rt::set_c_enum(a.index_dtype, indices.dtype);
   a.num_indices = indices.size;
   a.offsets = offsets.data;
-  a.offset_dtype = static_cast<shapejit_dtype>(offsets.dtype);
+  rt::set_c_enum(a.offset_dtype, offsets.dtype);
   a.num_offsets = offsets.size;
   a.per_sample_weights = per_sample_weights;
-  a.mode = static_cast<shapejit_mode>(mode);
+  rt::set_c_enum(a.mode, mode);
   a.has_padding_idx = padding_idx.has_value();
   a.padding_idx = padding_idx.value_or(0);
   a.include_last_offset = include_last_offset;

@@ -1,8 +1,11 @@
-// validate -> kernel key -> cache -> bag partition -> kernel. The reference runs only for the
+// validate -> kernel key -> cache -> bag schedule -> kernel. The reference runs only for the
 // scalar ISA and for the opt-in ATen partial-final-offset quirk (which no kernel reproduces).
+// Everything the call allocates (the kernel, the schedule, the engine arena) is in hand before
+// its first write, so running out of memory leaves every output as the caller passed it.
 #include "runtime/embedding_bag.hpp"
 
 #include "jit/embag_kernel.hpp"
+#include "jit/generated_code_observer.hpp"
 #include "ref/embedding_bag.hpp"
 #include "runtime/embag_kernel_call.hpp"
 #include "runtime/isa_select.hpp"
@@ -15,7 +18,7 @@ namespace shapejit::rt {
 void run_embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
                        void* bag_size, void* max_indices) {
   const shapejit_embedding_bag_shapes shapes = validate_embedding_bag(args);
-  validate_embedding_bag_outputs(shapes, output, offset2bag, bag_size, max_indices);
+  validate_embedding_bag_outputs(args, shapes, output, offset2bag, bag_size, max_indices);
 
   const jit::Isa isa = selected_isa();
   if (isa == jit::Isa::kScalar || uses_partial_final_offset(args)) {
@@ -23,15 +26,20 @@ void run_embedding_bag(const shapejit_embedding_bag_args& args, void* output, vo
     return;
   }
   const EmbagKernelHandle kernel = embag_kernel_cache().get(make_embag_key(args, isa));
+  const OffsetsView offsets{args.offsets, static_cast<DType>(args.offset_dtype), args.num_offsets};
+  BagSchedule schedule(offsets, shapes.output_rows, args.num_indices, args.dim);
+  // From here on nothing allocates but oneTBB, whose failures the schedule absorbs.
   zero_sum_mode_counts(args, bag_size, max_indices);
   const jit::EmbagKernelArgs base = make_embag_kernel_args(args, output, offset2bag, bag_size, max_indices);
-  const OffsetsView offsets{args.offsets, static_cast<DType>(args.offset_dtype), args.num_offsets};
-  parallel_for_bags(offsets, shapes.output_rows, args.num_indices, args.dim, [&](int64_t begin, int64_t end) {
+  schedule.run([&](int64_t begin, int64_t end) {
     jit::EmbagKernelArgs chunk = base;
     chunk.bag_begin = begin;
     chunk.bag_end = end;
     kernel(chunk);
   });
+  // Test hook (jit/generated_code_observer.hpp): one atomic load per call when none is set.
+  if (!kernel.generic() && shapes.output_rows > 0)
+    jit::notify_generated_code(jit::GeneratedCodeEvent::kRun, kernel.key().isa);
 }
 
 }  // namespace shapejit::rt

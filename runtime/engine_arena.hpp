@@ -1,10 +1,15 @@
 // The engine's own oneTBB task arena: its size is the engine's thread count, set through
-// shapejit_set_num_threads()/set_num_threads() or SHAPEJIT_NUM_THREADS.
+// shapejit_set_num_threads()/set_num_threads() or SHAPEJIT_NUM_THREADS; and EngineTasks, the
+// one way a call runs tasks on it.
 #pragma once
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <cstddef>
 #include <memory>
+#include <vector>
+
+#include "runtime/function_ref.hpp"
 
 namespace shapejit::rt {
 
@@ -12,8 +17,8 @@ namespace shapejit::rt {
 inline constexpr int kMaxEngineThreads = 1024;
 
 /// SHAPEJIT_NUM_THREADS when it is an integer in [1, kMaxEngineThreads] (other values are
-/// ignored with one message on stderr), else oneTBB's default concurrency (the CPUs this
-/// process may run on).
+/// ignored with one message on stderr), else the CPUs this process may run on (its affinity
+/// mask, asked of the OS: oneTBB is not consulted, so the query cannot fail).
 int default_num_threads();
 
 /// Resizes the engine (n <= 0 restores the default). Safe while other threads run calls: they
@@ -24,7 +29,29 @@ void set_engine_threads(int n);
 /// The engine's thread count (1 = every call runs on the calling thread).
 int engine_threads();
 
-/// The current arena. Holding the pointer keeps that arena alive across a concurrent resize.
+/// The current arena, initialised: throws std::bad_alloc when oneTBB cannot set it up (nothing
+/// is kept of the attempt; the next call tries again). Holding the pointer keeps that arena
+/// alive across a concurrent resize.
 std::shared_ptr<tbb::task_arena> engine_arena();
+
+/// Tasks 0..count-1 of one call, to run on the engine arena. Everything the run needs from the
+/// engine (the initialised arena, the bookkeeping) is acquired by the constructor, so a call
+/// can allocate all it needs before its first write and then run without failing half way.
+class EngineTasks {
+ public:
+  /// Throws std::bad_alloc when the arena or the bookkeeping cannot be had; nothing ran then.
+  explicit EngineTasks(size_t count);
+
+  /// Runs task(i) once for every i, on the arena (the calling thread joins in). oneTBB
+  /// allocates while it schedules; if that fails part way (or the region is cancelled), the
+  /// tasks it did not run run on the calling thread, so the run still completes, with the same
+  /// result when each task writes only its own outputs. An exception thrown by a task reaches
+  /// the caller (other tasks may have run).
+  void run(FunctionRef<void(size_t)> task);
+
+ private:
+  std::shared_ptr<tbb::task_arena> arena_;
+  std::vector<unsigned char> done_;  // done_[i]: task i ran to completion
+};
 
 }  // namespace shapejit::rt

@@ -1,11 +1,8 @@
 #include "runtime/isa_select.hpp"
 
-#include <asmjit/core.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 
 #include "shapejit/shapejit.hpp"
 
@@ -35,16 +32,6 @@ int rank(const HostFeatures& host, Isa isa) {
   return static_cast<int>(list.size());
 }
 
-std::string lacks(std::initializer_list<std::pair<bool, const char*>> needs) {
-  std::string missing;
-  for (const auto& [have, name] : needs) {
-    if (have) continue;
-    missing += missing.empty() ? "host lacks " : ", ";
-    missing += name;
-  }
-  return missing;
-}
-
 bool env_is_one(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::string_view(v) == "1";
@@ -55,44 +42,7 @@ std::atomic<int> g_override{-1};
 
 }  // namespace
 
-HostFeatures detect_host_features() {
-  HostFeatures f;
-  const asmjit::CpuInfo& cpu = asmjit::CpuInfo::host();
-#if defined(__x86_64__) || defined(_M_X64)
-  const auto& x = cpu.features().x86();
-  f.x86 = true;
-  f.avx2 = x.hasAVX2();
-  f.fma = x.hasFMA();
-  f.avx512f = x.hasAVX512_F();
-  f.avx512bw = x.hasAVX512_BW();
-  f.avx512dq = x.hasAVX512_DQ();
-  f.avx512vl = x.hasAVX512_VL();
-#elif defined(__aarch64__) || defined(_M_ARM64)
-  f.arm = true;
-  f.asimd = cpu.features().arm().hasASIMD();
-#else
-  (void)cpu;
-#endif
-  return f;
-}
-
-std::string isa_unsupported_reason(const HostFeatures& host, Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return "";
-    case Isa::kAvx512:
-      if (!host.x86) return "host is not x86-64";
-      return lacks({{host.avx512f, "avx512f"}, {host.avx512bw, "avx512bw"},
-                    {host.avx512dq, "avx512dq"}, {host.avx512vl, "avx512vl"}});
-    case Isa::kAvx2:
-      if (!host.x86) return "host is not x86-64";
-      return lacks({{host.avx2, "avx2"}, {host.fma, "fma"}});
-    case Isa::kNeon:
-      if (!host.arm) return "host is not AArch64";
-      return lacks({{host.asimd, "asimd"}});
-  }
-  return "unknown ISA";
-}
+HostFeatures detect_host_features() { return jit::host_features(); }
 
 std::string IsaSelection::to_string() const {
   std::string s = "isa ";
@@ -156,10 +106,7 @@ Isa selected_isa() {
   return pinned >= 0 ? static_cast<Isa>(pinned) : process_isa_selection().isa;
 }
 
-bool host_supports(Isa isa) {
-  static const HostFeatures host = detect_host_features();
-  return isa_unsupported_reason(host, isa).empty();
-}
+bool host_supports(Isa isa) { return jit::host_runs(isa); }
 
 ScopedIsaOverride::ScopedIsaOverride(Isa isa) {
   if (!host_supports(isa)) {

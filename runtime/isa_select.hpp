@@ -1,5 +1,6 @@
 // Which instruction set the engine generates code for: the best one the host runs, capped by
-// SHAPEJIT_ISA, with a reason for every candidate that was passed over.
+// SHAPEJIT_ISA, with a reason for every candidate that was passed over. Every function here may
+// be called during static initialisation.
 #pragma once
 
 #include <optional>
@@ -7,24 +8,20 @@
 #include <string_view>
 #include <vector>
 
+#include "jit/host_features.hpp"
 #include "jit/isa.hpp"
 
 namespace shapejit::rt {
 
-/// The CPU facts selection looks at; a plain struct so tests can pose any host.
-struct HostFeatures {
-  bool x86 = false;  ///< x86-64 family (candidates avx512, avx2, scalar)
-  bool arm = false;  ///< AArch64 family (candidates neon, scalar)
-  bool avx2 = false, fma = false;
-  bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
-  bool asimd = false;
-};
+/// The CPU facts selection looks at (the one host-feature rule lives in jit/host_features.hpp).
+using jit::HostFeatures;
 
-/// The running CPU's features, read from asmjit's CpuInfo (which also checks OS register state).
+/// The running CPU's features (cpuid/xgetbv or the auxiliary vector, read once per process;
+/// safe during static initialisation).
 HostFeatures detect_host_features();
 
 /// Why `host` cannot run code for `isa` ("host lacks avx512bw, avx512vl"), or "" when it can.
-std::string isa_unsupported_reason(const HostFeatures& host, jit::Isa isa);
+using jit::isa_unsupported_reason;
 
 /// The outcome of selection: the ISA and one line per candidate considered, best first.
 struct IsaSelection {

@@ -1,8 +1,11 @@
-// EmbagKernelCache. The lock guards only the map and the counters: a compilation runs outside
-// it, published through a promise that is settled on every path (value or exception), and a
-// failed entry leaves the map before its waiters wake, so the next lookup starts afresh.
+// EmbagKernelCache. The lock guards only the map, the counters and the code reservation: a
+// compilation runs outside it, published through a promise that is settled on every path (value
+// or exception), and a failed entry leaves the map before its waiters wake, so the next lookup
+// starts afresh. Reserving before compiling is what keeps the code-memory limit exact: checking
+// only the code already held would let every compilation in flight pass the same check.
 #include "runtime/kernel_cache.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -46,8 +49,9 @@ std::exception_ptr as_shapejit_error(std::exception_ptr error, const jit::EmbagK
 
 EmbagKernelCache::EmbagKernelCache(EmbagCompileFn compile, int64_t code_limit_bytes)
     : compile_(compile ? std::move(compile)
-                       : EmbagCompileFn([](const jit::EmbagKey& key, asmjit::JitRuntime& runtime) {
-                           return jit::generate_embag_kernel(key, runtime);
+                       : EmbagCompileFn([](const jit::EmbagKey& key, asmjit::JitRuntime& runtime,
+                                           const jit::CodeAdmission& admit) {
+                           return jit::generate_embag_kernel_admitted(key, runtime, admit);
                          })),
       runtime_(make_jit_runtime()) {
   stats_.code_limit_bytes = code_limit_bytes < 0 ? default_code_limit_bytes() : code_limit_bytes;
@@ -72,6 +76,10 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
   std::shared_future<Compiled> pending;
   std::promise<Compiled> promise;
   bool compile_here = false;
+  // The first reservation is a guess that only has to be cheap: the largest kernel emitted so
+  // far rarely needs to grow once the code is emitted, and a key already refused for its size
+  // is refused here next time instead of being emitted again.
+  int64_t reserved = 0;
   {
     std::unique_lock lock(mutex_);
     if (auto it = kernels_.find(key); it != kernels_.end()) {
@@ -79,16 +87,21 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
       if (it->second.ready.fn != nullptr)  // published since the shared look
         return EmbagKernelHandle(key, it->second.ready.fn, it->second.ready.generic);
       pending = it->second.pending;
-    } else if (stats_.code_bytes >= stats_.code_limit_bytes) {
+    } else if (!settle_reservation_locked(reserved, std::max<int64_t>(largest_emitted_, 1))) {
       ++stats_.generic_fallbacks;
     } else {
+      try {
+        kernels_.emplace(key, Slot{promise.get_future().share(), {}});
+      } catch (...) {  // out of memory: the reservation must not outlive the attempt
+        reserved_bytes_ -= reserved;
+        throw;
+      }
       ++stats_.misses;
-      kernels_.emplace(key, Slot{promise.get_future().share(), {}});
       compile_here = true;
     }
   }
   if (compile_here) {
-    const Compiled c = compile_now(key, promise);
+    const Compiled c = compile_now(key, promise, reserved);
     return EmbagKernelHandle(key, c.fn, c.generic);
   }
   if (pending.valid()) {
@@ -106,13 +119,46 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
   return EmbagKernelHandle(key, generic_embag_kernel(key), true);
 }
 
+bool EmbagKernelCache::settle_reservation_locked(int64_t& held, int64_t bytes) {
+  const int64_t growth = bytes - held;
+  if (growth > 0 && stats_.code_bytes + reserved_bytes_ + growth > stats_.code_limit_bytes) return false;
+  reserved_bytes_ += growth;
+  held = bytes;
+  return true;
+}
+
 EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& key,
-                                                         std::promise<Compiled>& promise) {
+                                                         std::promise<Compiled>& promise, int64_t reserved) {
   const auto t0 = std::chrono::steady_clock::now();
-  try {
-    const jit::GeneratedEmbagKernel generated = compile_(key, *runtime_);
+  try {  // from the first allocation on (the admission's std::function), so the promise is always kept
+    bool asked = false, refused = false;
+    // Between emission and adding the code: the exact size replaces the estimate, or the key
+    // does not fit and nothing is added.
+    const jit::CodeAdmission admit = [&](size_t code_bytes) {
+      std::unique_lock lock(mutex_);
+      asked = true;
+      largest_emitted_ = std::max(largest_emitted_, static_cast<int64_t>(code_bytes));
+      refused = !settle_reservation_locked(reserved, static_cast<int64_t>(code_bytes));
+      return !refused;
+    };
+    const jit::GeneratedEmbagKernel generated = compile_(key, *runtime_, admit);
+    if (refused) {  // over the limit: the generic kernel serves this lookup and its waiters
+      const Compiled c{generic_embag_kernel(key), true};
+      {
+        std::unique_lock lock(mutex_);
+        ++stats_.generic_fallbacks;
+        stats_.compile_time_ns += nanoseconds_since(t0);
+        reserved_bytes_ -= reserved;
+        kernels_.erase(key);  // not cached: a higher limit lets the key compile
+      }
+      promise.set_value(c);
+      return c;
+    }
     if (generated.fn == nullptr)
       throw Error(Status::kInternalError, "compiling " + key.name() + ": the generator returned no function");
+    if (!asked || static_cast<int64_t>(generated.code_bytes) != reserved)
+      throw Error(Status::kInternalError,
+                  "compiling " + key.name() + ": the generator added code the code-memory limit did not admit");
     const int64_t ns = nanoseconds_since(t0);
     // Named before any caller can run it, so a profile never sees the kernel anonymous.
     perf_map_record(reinterpret_cast<const void*>(generated.fn), generated.code_bytes, key.name());
@@ -122,7 +168,8 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
       ++stats_.compilations;
       ++stats_.kernels;
       stats_.compile_time_ns += ns;
-      stats_.code_bytes += static_cast<int64_t>(generated.code_bytes);
+      reserved_bytes_ -= reserved;  // the reservation becomes code held
+      stats_.code_bytes += reserved;
       Slot& slot = kernels_.at(key);
       slot.ready = c;  // from now on lookups take the hit path
       slot.pending = {};
@@ -136,6 +183,7 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
       std::unique_lock lock(mutex_);
       ++stats_.failed_compilations;
       stats_.compile_time_ns += ns;
+      reserved_bytes_ -= reserved;  // released: the failed code (if any) is not counted
       kernels_.erase(key);  // never cache a failure: the next lookup compiles again
     }
     try {

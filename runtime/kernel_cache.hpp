@@ -15,12 +15,15 @@
 
 #include "jit/embag_codegen.hpp"
 #include "jit/embag_kernel.hpp"
+#include "jit/runtime_add.hpp"
 
 namespace shapejit::rt {
 
-/// Generates the kernel of one key into the runtime; throws shapejit::Error on failure.
-using EmbagCompileFn =
-    std::function<jit::GeneratedEmbagKernel(const jit::EmbagKey&, asmjit::JitRuntime&)>;
+/// Generates the kernel of one key into the runtime; throws shapejit::Error on failure. Before
+/// adding any code it must ask the admission with the code's exact size, once; when refused it
+/// adds nothing and returns a null fn (jit::generate_embag_kernel_admitted does all this).
+using EmbagCompileFn = std::function<jit::GeneratedEmbagKernel(const jit::EmbagKey&, asmjit::JitRuntime&,
+                                                               const jit::CodeAdmission&)>;
 
 /// A snapshot of a cache's counters.
 struct EmbagCacheStats {
@@ -32,6 +35,7 @@ struct EmbagCacheStats {
   int64_t code_bytes = 0;           ///< code held by the cache's kernels
   int64_t kernels = 0;              ///< kernels held
   int64_t generic_fallbacks = 0;    ///< lookups answered by the generic kernel at the code bound
+                                    ///< (refused before or after emitting the key's code)
   int64_t code_limit_bytes = 0;     ///< the bound in force
 };
 
@@ -60,9 +64,13 @@ class EmbagKernelHandle {
 /// EmbagKey -> kernel. Generation runs outside the lock; concurrent askers of a key being
 /// compiled wait for that one result; a failed compilation is reported to every waiter and
 /// retried by the next lookup. Keys with isa kScalar or dim 0 are served by the generic kernel
-/// directly (no map entry, not counted). Once the code held reaches the limit, new keys get
-/// the generic kernel: a key is compiled only while code_bytes < limit, so the code held stays
-/// below limit + one kernel per compilation in flight when the limit was crossed.
+/// directly (no map entry, not counted).
+///
+/// The code held never exceeds the limit, however many threads compile at once: a compilation
+/// starts only after reserving an estimate of its size (the largest kernel emitted so far, at
+/// least one byte) within the limit, and its code is added only after the reservation has been
+/// settled to the exact emitted size, still within the limit. A key refused at either point is
+/// served by the generic kernel (not cached: raising the limit lets it compile).
 class EmbagKernelCache {
  public:
   static constexpr int64_t kDefaultCodeLimitBytes = int64_t{64} << 20;
@@ -95,7 +103,10 @@ class EmbagKernelCache {
     std::shared_future<Compiled> pending;
     Compiled ready;
   };
-  Compiled compile_now(const jit::EmbagKey& key, std::promise<Compiled>& promise);
+  Compiled compile_now(const jit::EmbagKey& key, std::promise<Compiled>& promise, int64_t reserved);
+  // Settles a compilation's reservation from `held` to `bytes`; false (nothing changed) when
+  // growing it would pass the limit. Called with mutex_ held.
+  bool settle_reservation_locked(int64_t& held, int64_t bytes);
   EmbagKernelHandle get_slow(const jit::EmbagKey& key);
 
   EmbagCompileFn compile_;
@@ -105,6 +116,8 @@ class EmbagKernelCache {
   std::unordered_map<jit::EmbagKey, Slot, jit::EmbagKeyHash> kernels_;
   std::atomic<int64_t> hits_{0};  // counted under the shared lock
   EmbagCacheStats stats_;         // the other counters; code_limit_bytes is the live limit
+  int64_t reserved_bytes_ = 0;    // held by compilations in flight, counted against the limit
+  int64_t largest_emitted_ = 0;   // the reservation a new compilation starts with (>= 1 byte)
 };
 
 /// SHAPEJIT_CODE_LIMIT_BYTES when it is a non-negative integer (otherwise ignored with one

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "ref/linear_group.hpp"
+#include "runtime/c_enum.hpp"
+#include "runtime/engine_stats.hpp"
 #include "runtime/isa_select.hpp"
 #include "runtime/linear_group_exec.hpp"
 #include "shapejit/shapejit.hpp"
@@ -67,16 +69,20 @@ void validate_run(const shapejit_linear_group& group, const shapejit_linear_grou
   std::memcpy(last.io.data(), io, size_t(num_io) * sizeof *io);
 }
 
-// Packs for the JIT; false when the ISA has no GEMM generator or the shape is beyond it.
-bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& desc) {
+// Packs for the JIT; false (and `why`) when the ISA has no GEMM generator or the shape is beyond it.
+bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& desc, std::string& why) {
   const jit::Isa isa = selected_isa();
-  if (!gemm_isa_supported(isa)) return false;
+  if (!gemm_isa_supported(isa)) {
+    why = "no GEMM generator for ISA " + std::string(jit::isa_name(isa));
+    return false;
+  }
   std::vector<LinearPartWeights> weights;
   for (int64_t p = 0; p < desc.num_parts; ++p) weights.push_back(part_weights(desc, p, group.shapes[size_t(p)]));
   try {
     group.packed = pack_linear_group(weights, isa);
   } catch (const Error& e) {
     if (e.status() != Status::kUnsupported) throw;
+    why = e.what();
     return false;
   }
   return true;
@@ -88,7 +94,8 @@ std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear
   auto group = std::make_unique<shapejit_linear_group>();
   group->shapes = validate_linear_group_desc(desc);
   group->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
-  if (try_pack(*group, desc)) return group;
+  std::string why;
+  if (try_pack(*group, desc, why)) return group;
   group->parts.resize(group->shapes.size());
   for (int64_t p = 0; p < desc.num_parts; ++p) {
     const shapejit_linear_part_desc& d = desc.parts[p];
@@ -106,6 +113,7 @@ std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear
     part.activation = d.activation;
     part.scale = d.has_scale ? d.scale : 1.0f;
   }
+  note_reference_linear_group(why);  // counted in the stats, said under SHAPEJIT_VERBOSE
   return group;
 }
 
@@ -119,12 +127,11 @@ void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_
       InlineIo() {}
       LinearPartIo items[kInlineParts];
     } inline_io;
+    // More parts than the array holds go to the heap; a span never reaches past the array.
     std::vector<LinearPartIo> heap_io;
-    std::span<LinearPartIo> part_io(inline_io.items, size_t(num_io));
-    if (size_t(num_io) > kInlineParts) {
-      heap_io.resize(size_t(num_io));
-      part_io = heap_io;
-    }
+    if (size_t(num_io) > kInlineParts) heap_io.resize(size_t(num_io));
+    const std::span<LinearPartIo> part_io =
+        heap_io.empty() ? std::span<LinearPartIo>(inline_io.items, size_t(num_io)) : std::span<LinearPartIo>(heap_io);
     for (size_t p = 0; p < part_io.size(); ++p)
       new (&part_io[p]) LinearPartIo{io[p].x, io[p].m, io[p].ldx, io[p].y, io[p].ldy, io[p].batch};
     run_packed_group(group.packed, part_io);
@@ -165,10 +172,10 @@ shapejit_linear_part_desc LinearPart::to_c(WeightForm form) const {
   d.weight = weight;
   d.k = k;
   d.weight_stride = form == WeightForm::kSeparate && weight_stride == 0 ? k : weight_stride;
-  d.activation = static_cast<shapejit_activation>(activation);
+  rt::set_c_enum(d.activation, activation);  // any int reaches validation, without UB
   d.has_scale = scale != 1.0f;
   d.scale = scale;
-  d.layout = static_cast<shapejit_layout>(layout);
+  rt::set_c_enum(d.layout, layout);
   d.heads = heads;
   return d;
 }
@@ -198,7 +205,7 @@ LinearGroup::LinearGroup(const LinearGroupDesc& desc) {
   parts.reserve(desc.parts.size());
   for (const LinearPart& p : desc.parts) parts.push_back(p.to_c(desc.form));
   shapejit_linear_group_desc c{};
-  c.form = static_cast<shapejit_weight_form>(desc.form);
+  rt::set_c_enum(c.form, desc.form);
   c.weight = desc.weight;
   c.weight_rows = desc.weight_rows;
   c.k = desc.k;

@@ -3,11 +3,6 @@
 // run of panels of one part, one kernel call; the row block stays in L1 across the whole panel
 // block (all parts of the group), the panel block (sized for L2) across the row blocks.
 #include "runtime/linear_group_exec.hpp"
-#include "runtime/tsan_sync.hpp"
-
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/partitioner.h>
 
 #include <algorithm>
 #include <cstring>
@@ -15,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "jit/generated_code_observer.hpp"
 #include "runtime/engine_arena.hpp"
 #include "shapejit/shapejit.hpp"
 
@@ -73,7 +69,9 @@ struct Scratch {
 };
 
 thread_local Scratch t_scratch;
-thread_local std::vector<float> t_tile;  // kScatter tiles, per executing thread
+
+// Columns of a kScatter tile: a whole number of panels of every ISA (nc <= 48).
+constexpr int64_t kScatterTileCols = 192;
 
 bool same_input(const LinearPartIo& a, const LinearPartIo& b) {
   return a.x == b.x && a.m == b.m && a.ldx == b.ldx;
@@ -133,7 +131,6 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
   args.panels = s.j1 - s.j0;
   args.scale = p.scale;
   const int64_t col0 = s.j0 * p.nc;
-  const int64_t cols = s.edge ? p.edge_cols : args.panels * p.nc;
   const jit::GemmKernelFn fn = s.edge ? p.edge[size_t(rows - 1)] : p.full[size_t(rows - 1)];
   switch (p.store) {
     case PartStore::kRowMajor:
@@ -148,17 +145,26 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
       fn(&args);
       return;
     case PartStore::kScatter: {
-      std::vector<float>& tile = t_tile;
-      if (tile.size() < size_t(rows * cols)) tile.resize(size_t(rows * cols));
-      args.c = tile.data();
-      args.ldc = cols * 4;
-      fn(&args);
+      // Through a tile on the stack, a few panels at a time (a panel's columns never depend on
+      // its neighbours, so the bits are those of one call over the segment): nothing allocates
+      // while outputs are being written.
+      float tile[kMaxGemmMr * kScatterTileCols];
       const int64_t* row_el = tables.data() + c.tables;
-      const int64_t* col_el = tables.data() + c.col_table + col0;
-      for (int64_t i = 0; i < rows; ++i) {
-        float* dst = io.y + row_el[r + i];
-        const float* src = tile.data() + i * cols;
-        for (int64_t j = 0; j < cols; ++j) dst[col_el[j]] = src[j];
+      const int64_t step = s.edge ? 1 : std::max<int64_t>(1, kScatterTileCols / p.nc);
+      for (int64_t j = s.j0; j < s.j1; j += step) {
+        const int64_t count = std::min(step, s.j1 - j);
+        const int64_t tile_cols = s.edge ? p.edge_cols : count * p.nc;
+        args.b = reinterpret_cast<const float*>(panels + p.offset + j * p.full_bytes);
+        args.panels = count;
+        args.c = tile;
+        args.ldc = tile_cols * 4;
+        fn(&args);
+        const int64_t* col_el = tables.data() + c.col_table + j * p.nc;
+        for (int64_t i = 0; i < rows; ++i) {
+          float* dst = io.y + row_el[r + i];
+          const float* src = tile + i * tile_cols;
+          for (int64_t q = 0; q < tile_cols; ++q) dst[col_el[q]] = src[q];
+        }
       }
       return;
     }
@@ -194,34 +200,40 @@ void run_small_row_major(const unsigned char* panels, const PackedPart& p, const
 }
 
 // Small calls: part by part, row block by row block, all full panels in one call, then the
-// edge panel. Same kernels and row blocks as the blocked path, so the same bits.
+// edge panel. Same kernels and row blocks as the blocked path, so the same bits. The head-split
+// parts' offset tables are all built before the first part writes, so a failed allocation
+// leaves every output untouched.
 void run_small(const PackedGroup& g, std::span<const LinearPartIo> io) {
   const int64_t lanes = jit::gemm_lanes(g.isa);
-  std::vector<int64_t>* tables = nullptr;  // the thread's table scratch, touched only for head-split
+  Scratch* s = nullptr;  // the thread's scratch, touched only for head-split
   for (size_t i = 0; i < io.size(); ++i) {
-    if (io[i].m == 0) continue;
-    if (g.parts[i].store == PartStore::kRowMajor) {
-      run_small_row_major(g.panels.get(), g.parts[i], io[i]);
-      continue;
+    if (io[i].m == 0 || g.parts[i].store == PartStore::kRowMajor) continue;
+    if (!s) {
+      s = &t_scratch;
+      s->tables.clear();
+      s->calls.assign(io.size(), PartCall{});
     }
-    PartCall c;
+    PartCall& c = s->calls[i];
     c.part = &g.parts[i];
     c.io = &io[i];
     c.a = io[i].x;
     c.lda = io[i].ldx * 4;
-    const PackedPart& p = *c.part;
-    if (p.store != PartStore::kRowMajor) {
-      if (!tables) tables = &t_scratch.tables, tables->clear();
-      build_tables(c, *tables, lanes);
+    build_tables(c, s->tables, lanes);
+  }
+  for (size_t i = 0; i < io.size(); ++i) {
+    if (io[i].m == 0) continue;
+    const PackedPart& p = g.parts[i];
+    if (p.store == PartStore::kRowMajor) {
+      run_small_row_major(g.panels.get(), p, io[i]);
+      continue;
     }
-    static const std::vector<int64_t> kNoTables;
-    const std::vector<int64_t>& t = tables ? *tables : kNoTables;
+    const PartCall& c = s->calls[i];
     const Segment full{int32_t(i), false, 0, p.full_panels};
     const Segment edge{int32_t(i), true, p.full_panels, p.full_panels + 1};
     for (int64_t r = 0; r < io[i].m; r += p.mr) {
       const int rows = int(std::min<int64_t>(p.mr, io[i].m - r));
-      if (p.full_panels > 0) run_segment(g.panels.get(), c, full, r, rows, t, lanes);
-      if (p.edge_cols > 0) run_segment(g.panels.get(), c, edge, r, rows, t, lanes);
+      if (p.full_panels > 0) run_segment(g.panels.get(), c, full, r, rows, s->tables, lanes);
+      if (p.edge_cols > 0) run_segment(g.panels.get(), c, edge, r, rows, s->tables, lanes);
     }
   }
 }
@@ -343,6 +355,8 @@ void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, co
   double flops = 0;
   for (size_t i = 0; i < io.size(); ++i)
     flops += 2.0 * double(io[i].m) * double(g.parts[i].n) * double(g.parts[i].k);
+  // Test hook (jit/generated_code_observer.hpp): one atomic load per call when none is set.
+  if (flops > 0) jit::notify_generated_code(jit::GeneratedCodeEvent::kRun, g.isa);
   if (flops < options.inline_flops) {
     run_small(g, io);
     return;
@@ -398,19 +412,10 @@ void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, co
   }
   // Largest first, so the last units to start are the small ones.
   std::stable_sort(s.units.begin(), s.units.end(), [](const Unit& a, const Unit& b) { return a.work > b.work; });
-  const std::shared_ptr<tbb::task_arena> arena = engine_arena();
-  ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-  const ParallelRegionSync::Region region(sync);
-  arena->execute([&] {
-    ParallelRegionSync::enter_execute();  // before any capture is read
-    const ParallelRegionSync::Task task(sync);
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, s.units.size(), 1),
-                      [&](const tbb::blocked_range<size_t>& range) {
-                        const ParallelRegionSync::Task unit_task(sync);
-                        for (size_t i = range.begin(); i != range.end(); ++i) run_unit(g, s, s.units[i]);
-                      },
-                      tbb::simple_partitioner());
-  });
+  // The run's last allocation: after it only oneTBB allocates, and EngineTasks finishes on this
+  // thread whatever oneTBB fails to run, so once an output is written the run completes.
+  EngineTasks tasks(s.units.size());
+  tasks.run([&](size_t i) { run_unit(g, s, s.units[i]); });
 }
 
 }  // namespace shapejit::rt

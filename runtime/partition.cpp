@@ -2,12 +2,6 @@
 // each chunk boundary is one binary search over the (non-decreasing) offsets: no pass over
 // the indices and no allocation on the inline path.
 #include "runtime/partition.hpp"
-#include "runtime/tsan_sync.hpp"
-
-#include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/partitioner.h>
-#include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
@@ -71,37 +65,31 @@ std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags
   return bounds;
 }
 
-void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
-                       int64_t dim, BagRangeFn body, const PartitionOptions& options) {
+BagSchedule::BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
+                         int64_t dim, const PartitionOptions& options)
+    : num_bags_(num_bags) {
   if (num_bags <= 0) return;
   const int threads = engine_threads();
   const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
-  if (threads <= 1 || num_bags == 1 ||
-      work.total() < 2.0 * static_cast<double>(options.min_chunk_work)) {
-    body(0, num_bags);  // tiny call: no arena, no task, no allocation
+  if (threads <= 1 || num_bags == 1 || work.total() < 2.0 * static_cast<double>(options.min_chunk_work))
+    return;  // tiny call: no arena, no task, no allocation
+  bounds_ = partition_bags(offsets, num_bags, num_indices, dim,
+                           threads * std::max(options.chunks_per_thread, 1), options);
+  if (bounds_.size() > 2) tasks_.emplace(bounds_.size() - 1);
+}
+
+void BagSchedule::run(BagRangeFn body) {
+  if (num_bags_ <= 0) return;
+  if (!tasks_) {
+    body(0, num_bags_);
     return;
   }
-  const std::vector<int64_t> bounds = partition_bags(
-      offsets, num_bags, num_indices, dim, threads * std::max(options.chunks_per_thread, 1), options);
-  const size_t chunks = bounds.size() - 1;
-  if (chunks == 1) {
-    body(0, num_bags);
-    return;
-  }
-  const std::shared_ptr<tbb::task_arena> arena = engine_arena();
-  ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-  const ParallelRegionSync::Region region(sync);
-  arena->execute([&] {
-    ParallelRegionSync::enter_execute();  // before any capture is read
-    const ParallelRegionSync::Task task(sync);
-    tbb::parallel_for(
-        tbb::blocked_range<size_t>(0, chunks, 1),
-        [&](const tbb::blocked_range<size_t>& r) {
-          const ParallelRegionSync::Task chunk_task(sync);
-          for (size_t k = r.begin(); k != r.end(); ++k) body(bounds[k], bounds[k + 1]);
-        },
-        tbb::simple_partitioner());
-  });
+  tasks_->run([&](size_t k) { body(bounds_[k], bounds_[k + 1]); });
+}
+
+void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
+                       int64_t dim, BagRangeFn body, const PartitionOptions& options) {
+  BagSchedule(offsets, num_bags, num_indices, dim, options).run(body);
 }
 
 }  // namespace shapejit::rt

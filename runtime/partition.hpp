@@ -4,10 +4,11 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <type_traits>
+#include <optional>
 #include <vector>
 
+#include "runtime/engine_arena.hpp"
+#include "runtime/function_ref.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -59,27 +60,29 @@ std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags
                                     int64_t num_indices, int64_t dim, int max_chunks,
                                     const PartitionOptions& options = {});
 
-/// A non-owning reference to a callable body(bag_begin, bag_end); the callable must outlive
-/// the call it is passed to (a lambda written in the call's argument list does).
-class BagRangeFn {
+/// A non-owning reference to a callable body(bag_begin, bag_end).
+using BagRangeFn = FunctionRef<void(int64_t, int64_t)>;
+
+/// How one call's bags will run: on the calling thread in one piece (a call whose work is below
+/// twice the minimum chunk, or an engine of one thread), or in chunks on the engine arena (the
+/// calling thread joins in). Building it allocates all that running needs (chunk bounds, the
+/// initialised arena), so a call builds it before writing any output: after that, run() does
+/// not fail for want of memory (runtime/engine_arena.hpp, EngineTasks).
+class BagSchedule {
  public:
-  template <class F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, BagRangeFn> &&
-             std::is_invocable_v<F&, int64_t, int64_t>)
-  BagRangeFn(F&& f)  // NOLINT: implicit so lambdas pass directly
-      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-        call_([](void* o, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(o))(b, e); }) {}
-  void operator()(int64_t begin, int64_t end) const { call_(object_, begin, end); }
+  BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices, int64_t dim,
+              const PartitionOptions& options = {});
+  /// Runs body over bags [0, num_bags), each bag in exactly one call. An exception thrown by
+  /// body reaches the caller.
+  void run(BagRangeFn body);
 
  private:
-  void* object_;
-  void (*call_)(void*, int64_t, int64_t);
+  int64_t num_bags_;
+  std::vector<int64_t> bounds_;         // chunk boundaries when on the engine
+  std::optional<EngineTasks> tasks_;    // empty: inline
 };
 
-/// Runs body over bags [0, num_bags), each bag in exactly one call. A call whose work is below
-/// twice the minimum chunk, or an engine of one thread, runs body(0, num_bags) on the calling
-/// thread without entering the arena; otherwise the chunks run on the engine arena (the
-/// calling thread joins in). An exception thrown by body reaches the caller.
+/// BagSchedule(...).run(body).
 void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
                        int64_t dim, BagRangeFn body, const PartitionOptions& options = {});
 

@@ -4,6 +4,7 @@
 #include "runtime/perf_map.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,10 +43,31 @@ void append_hex(std::string& out, uint64_t v) {
   out.append(buf, size_t(n));
 }
 
-void report_failure_once(const std::string& path, int error) {
+void report_failure_once(const std::string& path, const std::string& why) {
   if (g_reported_failure.exchange(true)) return;
   std::fprintf(stderr, "shapejit: SHAPEJIT_PERF_MAP: cannot append to %s (%s); kernels are not mapped\n",
-               path.c_str(), std::strerror(error));
+               path.c_str(), why.c_str());
+}
+
+// /tmp is shared with every local user, who may plant the name before we create it: a symlink
+// or a hard link would make us append to a file of their choosing (a victim's dotfile), a file
+// of theirs would collect our code addresses. So the last component is never followed, and
+// only a plain file of our own with no other name is appended to. The mode keeps the addresses
+// (an ASLR leak) from other users; perf, run by the same user or root, still reads them.
+int open_map_file(const std::string& path, std::string& why) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    why = errno == ELOOP ? "it is a symbolic link, which is never followed" : std::strerror(errno);
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) why = std::strerror(errno);
+  else if (!S_ISREG(st.st_mode)) why = "it is not a regular file";
+  else if (st.st_uid != ::geteuid()) why = "it belongs to another user";
+  else if (st.st_nlink != 1) why = "it has other names (hard links)";
+  else return fd;
+  ::close(fd);
+  return -1;
 }
 
 }  // namespace
@@ -90,9 +112,10 @@ void perf_map_record(const void* start, size_t size, std::string_view name) noex
   try {
     const std::string path = perf_map_path();
     const std::string line = perf_map_line(start, size, name);
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    std::string why;
+    const int fd = open_map_file(path, why);
     if (fd < 0) {
-      report_failure_once(path, errno);
+      report_failure_once(path, why);
       return;
     }
     // O_APPEND moves to the end and writes in one step; the loop only covers a short write.
@@ -102,7 +125,7 @@ void perf_map_record(const void* start, size_t size, std::string_view name) noex
       const ssize_t n = ::write(fd, p, left);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        report_failure_once(path, n < 0 ? errno : EIO);
+        report_failure_once(path, std::strerror(n < 0 ? errno : EIO));
         break;
       }
       p += n;

@@ -28,7 +28,9 @@ std::string perf_map_path();
 std::string perf_map_line(const void* start, size_t size, std::string_view name);
 
 /// Appends one kernel when enabled. Never throws: a profiler aid must not fail a compilation,
-/// so a file that cannot be written is reported once on stderr and then ignored.
+/// so a file that cannot be written is reported once on stderr and then ignored. The map is
+/// created with mode 0600, and a symbolic link, a hard-linked name or a file of another user at
+/// its path is refused, never written through.
 void perf_map_record(const void* start, size_t size, std::string_view name) noexcept;
 
 }  // namespace shapejit::rt

@@ -38,6 +38,26 @@ class ParallelRegionSync {
   /// thread's stack, so the edge must not itself need a capture (a process-wide token).
   static void enter_execute() { acquire(&execute_token()); }
 
+  /// The same for a functor object that reads its members only through the pointer returned
+  /// (see after_acquire).
+  template <class Functor>
+  static const Functor* enter_execute(const Functor* functor) {
+    enter_execute();
+    return after_acquire(functor);
+  }
+
+  /// Returns p, such that the compiler cannot load through the result before the edges this
+  /// thread acquired so far: it may hoist a load through a pointer it already holds above an
+  /// acquire (clang did, with a lambda's captures), and ThreadSanitizer then sees the read
+  /// before the edge that orders it.
+  template <class T>
+  static T* after_acquire(T* p) {
+#if defined(SHAPEJIT_TSAN)
+    asm volatile("" : "+r"(p)::"memory");  // where p points is unknown until here
+#endif
+    return p;
+  }
+
   /// fork() on construction, join() on destruction: the join edge also holds when the region
   /// throws, so the caller's unwinding (freeing what the tasks read) is ordered after them.
   class Region {

@@ -3,13 +3,14 @@
 #include "runtime/validate.hpp"
 
 #include <algorithm>
-#include <cstring>
+#include <array>
 #include <limits>
 #include <string>
-#include <type_traits>
 
 #include "ref/embedding_bag.hpp"
 #include "ref/int_access.hpp"
+#include "runtime/byte_ranges.hpp"
+#include "runtime/c_enum.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -21,15 +22,6 @@ using std::to_string;
   throw Error(Status::kInvalidArgument, "embedding_bag: " + message);
 }
 
-// A C caller may store any integer in an enum field; read it as its underlying integer, since
-// loading an out-of-range value as the enum type is undefined behaviour (UBSan's -fsanitize=enum).
-template <class Enum>
-int64_t enum_value(const Enum& e) {
-  std::underlying_type_t<Enum> v;
-  std::memcpy(&v, &e, sizeof v);
-  return int64_t(v);
-}
-
 const char* dtype_name(int64_t t) {
   switch (t) {
     case SHAPEJIT_F32: return "float32";
@@ -39,6 +31,18 @@ const char* dtype_name(int64_t t) {
     case SHAPEJIT_I64: return "int64";
   }
   return "unknown";
+}
+
+// The size of one element, which is also the alignment its buffer must have (validated dtypes).
+int64_t element_bytes(shapejit_dtype t) {
+  switch (t) {
+    case SHAPEJIT_F16:
+    case SHAPEJIT_BF16: return 2;
+    case SHAPEJIT_F32:
+    case SHAPEJIT_I32: return 4;
+    case SHAPEJIT_I64: return 8;
+  }
+  return 8;
 }
 
 // a * b * c bytes must fit in int64 (and so in the address space checks that follow).
@@ -60,15 +64,15 @@ void check_index_dtype(const char* name, int64_t t) {
 }
 
 void check_sizes(const shapejit_embedding_bag_args& a) {
-  const int64_t weight_dtype = enum_value(a.weight_dtype), mode = enum_value(a.mode);
+  const int64_t weight_dtype = c_enum_value(a.weight_dtype), mode = c_enum_value(a.mode);
   if (weight_dtype == SHAPEJIT_F16 || weight_dtype == SHAPEJIT_BF16)
     throw Error(Status::kUnsupported, std::string("embedding_bag: weight dtype ") +
                                           dtype_name(weight_dtype) + " is not supported yet (float32 only)");
   if (weight_dtype != SHAPEJIT_F32)
     invalid(std::string("weight must be a floating-point table, but got dtype ") + dtype_name(weight_dtype) +
             " (" + to_string(weight_dtype) + ")");
-  check_index_dtype("indices", enum_value(a.index_dtype));
-  check_index_dtype("offsets", enum_value(a.offset_dtype));
+  check_index_dtype("indices", c_enum_value(a.index_dtype));
+  check_index_dtype("offsets", c_enum_value(a.offset_dtype));
   if (mode != SHAPEJIT_SUM && mode != SHAPEJIT_MEAN && mode != SHAPEJIT_MAX)
     invalid("mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(mode));
   check_non_negative("weight.num_rows", a.num_rows);
@@ -220,25 +224,120 @@ void check_indices(const shapejit_embedding_bag_args& a) {
     check_indices_typed(static_cast<const int64_t*>(a.indices), a.num_indices, a.num_rows);
 }
 
+// ---- Buffer rules: alignment and overlap --------------------------------------------------
+
+// The eight buffers of a call, inputs first, in argument order.
+enum BufferId : int {
+  kWeight, kIndices, kOffsets, kPerSampleWeights,       // inputs
+  kOutput, kOffset2bag, kBagSize, kMaxIndices,          // outputs
+  kNumBuffers,
+};
+constexpr const char* kBufferNames[kNumBuffers] = {"weight", "indices",    "offsets",  "per_sample_weights",
+                                                   "output", "offset2bag", "bag_size", "max_indices"};
+
+// A buffer as the buffer rules see it: where it starts, the bytes the call may touch (0 when
+// it touches none: a zero-length buffer may be NULL, anywhere, and overlaps nothing) and its
+// element type, whose size its address must be a multiple of.
+struct Buffer {
+  const void* data;
+  int64_t bytes;
+  shapejit_dtype dtype;
+  ByteRange range;
+};
+using CallBuffers = std::array<Buffer, kNumBuffers>;
+
+Buffer make_buffer(const void* data, int64_t elements, shapejit_dtype dtype) {
+  const int64_t bytes = elements * element_bytes(dtype);
+  return {data, bytes, dtype, byte_range(data, bytes)};
+}
+
+// For a call whose sizes passed check_sizes (so every byte count fits in int64). The table
+// counts from its first row to the end of its last, the gaps between rows included: an output
+// placed among the rows is rejected, which no real caller needs.
+void set_inputs(CallBuffers& c, const shapejit_embedding_bag_args& a) {
+  const int64_t table = a.num_rows > 0 && a.dim > 0 ? (a.num_rows - 1) * a.row_stride + a.dim : 0;
+  c[kWeight] = make_buffer(a.weight, table, a.weight_dtype);
+  c[kIndices] = make_buffer(a.indices, a.num_indices, a.index_dtype);
+  c[kOffsets] = make_buffer(a.offsets, a.num_offsets, a.offset_dtype);
+  c[kPerSampleWeights] =
+      make_buffer(a.per_sample_weights, a.per_sample_weights ? a.num_indices : 0, a.weight_dtype);
+}
+
+void set_outputs(CallBuffers& c, const shapejit_embedding_bag_args& a, const shapejit_embedding_bag_shapes& s,
+                 const void* output, const void* offset2bag, const void* bag_size, const void* max_indices) {
+  c[kOutput] = make_buffer(output, s.output_rows * s.output_cols, a.weight_dtype);
+  c[kOffset2bag] = make_buffer(offset2bag, s.offset2bag_len, s.index_out_dtype);
+  c[kBagSize] = make_buffer(bag_size, s.bag_size_len, s.index_out_dtype);
+  c[kMaxIndices] = make_buffer(max_indices, s.max_indices_rows * s.max_indices_cols, s.index_out_dtype);
+}
+
+// Every buffer the call touches is aligned to its element size: the reference and the runtime
+// load and store them as typed elements, which a misaligned address makes undefined behaviour.
+void check_alignment(const CallBuffers& c, int first, int end) {
+  for (int id = first; id < end; ++id) {
+    const Buffer& b = c[size_t(id)];
+    const int64_t alignment = element_bytes(b.dtype);
+    if (b.bytes != 0 && !is_aligned(b.data, alignment))
+      invalid(misaligned_message(kBufferNames[id], b.data, alignment, dtype_name(b.dtype)));
+  }
+}
+
+// Does output `o` share a byte with buffer `other` (an input, or an output before it)?
+bool overlap(const CallBuffers& c, int o, int other) {
+  return byte_ranges_overlap(c[size_t(o)].range, c[size_t(other)].range);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void report_first_overlap(const CallBuffers& c) {
+  for (int o = kOutput; o < kNumBuffers; ++o)
+    for (int other = 0; other < o; ++other)
+      if (overlap(c, o, other))
+        invalid(describe_buffer(kBufferNames[o], c[size_t(o)].data, c[size_t(o)].bytes) + " overlaps " +
+                describe_buffer(kBufferNames[other], c[size_t(other)].data, c[size_t(other)].bytes) +
+                (other < kOutput ? " (an output must not overlap an input)"
+                                 : " (outputs must not overlap each other)"));
+  throw Error(Status::kInternalError, "embedding_bag: an overlap was found but no overlapping pair");
+}
+
+// Outputs are written while inputs are still being read (a bag's results are stored before the
+// next bag's offsets and indices are loaded), so a shared byte corrupts the results or, once an
+// index is overwritten, sends the reads outside the table. Every output is tested against every
+// input and every earlier output (22 pairs); only a call with an overlap walks them again, in
+// argument order, to name the first.
+void check_no_overlap(const CallBuffers& c) {
+  bool any = false;
+  for (int o = kOutput; o < kNumBuffers; ++o)
+    for (int other = 0; other < o; ++other) any |= overlap(c, o, other);
+  if (any) [[unlikely]]
+    report_first_overlap(c);
+}
+
 }  // namespace
 
 shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& a) {
   check_sizes(a);
+  CallBuffers inputs;
+  set_inputs(inputs, a);
+  check_alignment(inputs, 0, kOutput);  // before the offsets and indices are read below
   check_options(a);
   check_offsets(a);
   check_indices(a);
   return ref::embedding_bag_shapes(a);
 }
 
-void validate_embedding_bag_outputs(const shapejit_embedding_bag_shapes& s, const void* output,
-                                    const void* offset2bag, const void* bag_size, const void* max_indices) {
-  auto need = [](const char* name, const void* p, int64_t elements) {
-    if (!p && elements > 0) invalid(std::string(name) + " is null but must hold " + to_string(elements) + " elements");
-  };
-  need("output", output, s.output_rows * s.output_cols);
-  need("offset2bag", offset2bag, s.offset2bag_len);
-  need("bag_size", bag_size, s.bag_size_len);
-  need("max_indices", max_indices, s.max_indices_rows * s.max_indices_cols);
+void validate_embedding_bag_outputs(const shapejit_embedding_bag_args& a, const shapejit_embedding_bag_shapes& s,
+                                    const void* output, const void* offset2bag, const void* bag_size,
+                                    const void* max_indices) {
+  CallBuffers c;
+  set_inputs(c, a);
+  set_outputs(c, a, s, output, offset2bag, bag_size, max_indices);
+  for (int id = kOutput; id < kNumBuffers; ++id) {
+    const Buffer& b = c[size_t(id)];
+    if (!b.data && b.bytes != 0)
+      invalid(std::string(kBufferNames[id]) + " is null but must hold " + to_string(b.bytes / element_bytes(b.dtype)) +
+              " elements");
+  }
+  check_alignment(c, kOutput, kNumBuffers);
+  check_no_overlap(c);
 }
 
 bool uses_partial_final_offset(const shapejit_embedding_bag_args& a) {

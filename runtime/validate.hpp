@@ -6,15 +6,19 @@
 
 namespace shapejit::rt {
 
-/// Checks every input rule of `args` (dtypes, sizes, byte-count overflow, padding_idx, offsets,
-/// every index) and returns the output shapes. Throws shapejit::Error naming the argument,
-/// the value and the rule (kInvalidArgument, or kUnsupported for valid-but-unsupported dtypes).
+/// Checks every input rule of `args` (dtypes, sizes, byte-count overflow, alignment of the input
+/// buffers, padding_idx, offsets, every index) and returns the output shapes. Throws
+/// shapejit::Error naming the argument, the value and the rule (kInvalidArgument, or
+/// kUnsupported for valid-but-unsupported dtypes).
 shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& args);
 
-/// Checks that every non-empty output has a buffer (a zero-length output may be null).
-void validate_embedding_bag_outputs(const shapejit_embedding_bag_shapes& shapes, const void* output,
-                                    const void* offset2bag, const void* bag_size,
-                                    const void* max_indices);
+/// Checks the output buffers of a call that passed validate_embedding_bag: every non-empty one
+/// is non-null (a zero-length output may be null) and aligned to its element size, and none
+/// shares a byte with an input (the table from its first row to its last, indices, offsets,
+/// per_sample_weights) or with another output.
+void validate_embedding_bag_outputs(const shapejit_embedding_bag_args& args,
+                                    const shapejit_embedding_bag_shapes& shapes, const void* output,
+                                    const void* offset2bag, const void* bag_size, const void* max_indices);
 
 /// True when the call uses the opt-in ATen partial-final-offset quirk (offsets[B] < N), which
 /// only the reference implements.

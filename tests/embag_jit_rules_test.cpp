@@ -58,6 +58,7 @@ HandResult run_hand(const EmbagKey& key, const HandCall& c, asmjit::JitRuntime& 
   g.bag_size = r.bag_size.data();
   g.max_indices = r.max_indices.data();
   const auto kernel = shapejit::jit::generate_embag_kernel(key, rt);
+  shapejit::test::note_direct_run(key.isa);
   kernel.fn(&g);
   rt.release(kernel.fn);
   return r;

@@ -116,6 +116,7 @@ TEST_CASE("embag jit: random calls of the shared case generator, whole and in ba
       shapejit::rt::zero_sum_mode_counts(a, got.data(EmbagOutput::kBagSize), got.data(EmbagOutput::kMaxIndices));
       const auto kernel = shapejit::jit::generate_embag_kernel(key, rt);
       const int64_t bags = shapejit::ref::embedding_bag_num_bags(a);
+      shapejit::test::note_direct_run(key.isa);
       for (int64_t b = 0; b < bags || b == 0;) {  // random ranges when n is odd
         const int64_t e = n % 2 ? std::min(bags, b + uniform(rng, 1, 7)) : bags;
         g.bag_begin = b;
@@ -171,6 +172,7 @@ TEST_CASE("embag jit: max with row ids beyond 32 bits, mixed with small ones in 
         EmbagKernelArgs g = kernel_args(p, got);
         g.indices = shifted.data();
         const auto kernel = shapejit::jit::generate_embag_kernel(p.key, rt);
+        shapejit::test::note_direct_run(p.key.isa);
         kernel.fn(&g);
         rt.release(kernel.fn);
         const std::string diff = first_difference(p.key, want, got);

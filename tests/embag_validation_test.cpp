@@ -3,13 +3,16 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "runtime/c_enum.hpp"
 #include "shapejit/shapejit.h"
+#include "shapejit/shapejit.hpp"
 
 namespace {
 
@@ -88,7 +91,7 @@ TEST_CASE("validation: index and offset dtypes must be int32 or int64") {
   f.a.index_dtype = SHAPEJIT_F32;
   expect_rejected(f, SHAPEJIT_INVALID_ARGUMENT, {"indices", "float32"});
   Fixture g;
-  g.a.offset_dtype = static_cast<shapejit_dtype>(9);
+  shapejit::rt::set_c_enum(g.a.offset_dtype, shapejit::DType(9));
   expect_rejected(g, SHAPEJIT_INVALID_ARGUMENT, {"offsets", "(9)"});
 }
 
@@ -103,7 +106,7 @@ TEST_CASE("validation: weight dtype") {
 
 TEST_CASE("validation: mode must be sum, mean or max") {
   Fixture f;
-  f.a.mode = static_cast<shapejit_mode>(7);
+  shapejit::rt::set_c_enum(f.a.mode, shapejit::Mode(7));
   expect_rejected(f, SHAPEJIT_INVALID_ARGUMENT, {"mode", "7"});
 }
 
@@ -258,4 +261,160 @@ TEST_CASE("validation: zero-length outputs may be null") {
   g.a.num_indices = 0;
   g.a.num_offsets = 0;
   CHECK(shapejit_embedding_bag(&g.a, nullptr, nullptr, nullptr, nullptr) == SHAPEJIT_OK);
+}
+
+// ---- Alignment: every buffer the call touches is aligned to its element size --------------
+
+namespace {
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)));
+  return buf;
+}
+
+// A copy of `src` starting `shift` bytes past an 8-aligned address.
+struct ShiftedCopy {
+  std::vector<int64_t> storage;
+  unsigned char* data;
+  template <class T>
+  ShiftedCopy(const std::vector<T>& src, size_t shift) : storage(src.size() * sizeof(T) / 8 + 2) {
+    data = reinterpret_cast<unsigned char*>(storage.data()) + shift;
+    std::memcpy(data, src.data(), src.size() * sizeof(T));
+  }
+};
+
+void expect_misaligned(Fixture& f, const std::string& name, const void* p, int alignment, const std::string& type) {
+  expect_rejected(f, SHAPEJIT_INVALID_ARGUMENT,
+                  {name + " = " + hex(p) + " is not aligned to " + std::to_string(alignment) + " bytes",
+                   "its " + type + " elements"});
+}
+
+}  // namespace
+
+// int32 offsets at an odd address made the UBSan build abort in the reference's loads.
+TEST_CASE("validation: misaligned inputs are rejected, naming the argument, address and alignment") {
+  Fixture f;
+  ShiftedCopy offsets32(f.offsets32, 1);
+  f.a.offsets = offsets32.data;
+  f.a.offset_dtype = SHAPEJIT_I32;
+  expect_misaligned(f, "offsets", offsets32.data, 4, "int32");
+  Fixture g;  // int64 needs 8: a 4-aligned address is not enough
+  ShiftedCopy indices(g.indices, 4);
+  g.a.indices = indices.data;
+  expect_misaligned(g, "indices", indices.data, 8, "int64");
+  Fixture h;
+  ShiftedCopy weight(h.weight, 2);
+  h.a.weight = weight.data;
+  expect_misaligned(h, "weight", weight.data, 4, "float32");
+  Fixture i;
+  ShiftedCopy psw(i.psw, 3);
+  i.a.mode = SHAPEJIT_SUM;
+  i.a.per_sample_weights = psw.data;
+  expect_misaligned(i, "per_sample_weights", psw.data, 4, "float32");
+  Fixture j;  // int32 indices with int64 offsets
+  ShiftedCopy indices32(j.indices32, 2);
+  j.a.indices = indices32.data;
+  j.a.index_dtype = SHAPEJIT_I32;
+  expect_misaligned(j, "indices", indices32.data, 4, "int32");
+}
+
+TEST_CASE("validation: misaligned outputs are rejected and left untouched") {
+  struct Case {
+    int which;  // 0 output, 1 offset2bag, 2 bag_size, 3 max_indices
+    size_t shift;
+    const char* name;
+    int alignment;
+    const char* type;
+  };
+  for (const Case& c : {Case{0, 1, "output", 4, "float32"}, Case{1, 4, "offset2bag", 8, "int64"},
+                        Case{2, 2, "bag_size", 8, "int64"}, Case{3, 6, "max_indices", 8, "int64"}}) {
+    Fixture f;
+    f.a.mode = SHAPEJIT_MAX;  // every output non-empty
+    unsigned char* p[4] = {f.out.data(), f.o2b.data(), f.bag.data(), f.maxi.data()};
+    p[c.which] += c.shift;
+    CAPTURE(c.name);
+    CHECK(shapejit_embedding_bag(&f.a, p[0], p[1], p[2], p[3]) == SHAPEJIT_INVALID_ARGUMENT);
+    const std::string msg = shapejit_last_error();
+    CAPTURE(msg);
+    CHECK(msg.find(std::string(c.name) + " = " + hex(p[c.which]) + " is not aligned to " +
+                   std::to_string(c.alignment) + " bytes, the size of its " + c.type + " elements") !=
+          std::string::npos);
+    CHECK(f.outputs_untouched());
+  }
+  Fixture g;  // int32 outputs (int32 indices and offsets) need 4 bytes only
+  g.a.indices = g.indices32.data();
+  g.a.index_dtype = SHAPEJIT_I32;
+  g.a.offsets = g.offsets32.data();
+  g.a.offset_dtype = SHAPEJIT_I32;
+  CHECK(shapejit_embedding_bag(&g.a, g.out.data(), g.o2b.data() + 4, g.bag.data() + 12, g.maxi.data()) ==
+        SHAPEJIT_OK);
+  CHECK(shapejit_embedding_bag(&g.a, g.out.data(), g.o2b.data() + 2, g.bag.data(), g.maxi.data()) ==
+        SHAPEJIT_INVALID_ARGUMENT);
+}
+
+TEST_CASE("validation: a zero-length buffer may be misaligned (it is never touched)") {
+  Fixture f;  // no bags and no indices: every buffer but the table is empty
+  f.a.num_indices = 0;
+  f.a.num_offsets = 0;
+  f.a.indices = reinterpret_cast<const unsigned char*>(f.indices.data()) + 1;
+  f.a.offsets = reinterpret_cast<const unsigned char*>(f.offsets.data()) + 3;
+  CHECK(shapejit_embedding_bag(&f.a, f.out.data() + 1, f.o2b.data() + 1, f.bag.data() + 1, f.maxi.data() + 1) ==
+        SHAPEJIT_OK);
+  Fixture g;  // sum without padding_idx: offset2bag is empty
+  g.a.mode = SHAPEJIT_SUM;
+  CHECK(shapejit_embedding_bag(&g.a, g.out.data(), g.o2b.data() + 1, g.bag.data(), g.maxi.data()) == SHAPEJIT_OK);
+}
+
+// ---- Enum fields print the caller's value --------------------------------------------------
+
+TEST_CASE("validation: negative enum values are printed as the caller wrote them") {
+  Fixture f;
+  shapejit::rt::set_c_enum(f.a.mode, shapejit::Mode(-1));
+  expect_rejected(f, SHAPEJIT_INVALID_ARGUMENT, {"mode must be 0 (sum), 1 (mean) or 2 (max), but got -1"});
+  Fixture g;
+  shapejit::rt::set_c_enum(g.a.offset_dtype, shapejit::DType(-5));
+  expect_rejected(g, SHAPEJIT_INVALID_ARGUMENT, {"offsets must be int32 or int64, but got dtype unknown (-5)"});
+  Fixture h;
+  shapejit::rt::set_c_enum(h.a.index_dtype, shapejit::DType(-1));
+  expect_rejected(h, SHAPEJIT_INVALID_ARGUMENT, {"indices must be int32 or int64, but got dtype unknown (-1)"});
+  Fixture i;
+  shapejit::rt::set_c_enum(i.a.weight_dtype, shapejit::DType(std::numeric_limits<int>::min()));
+  expect_rejected(i, SHAPEJIT_INVALID_ARGUMENT, {"weight must be a floating-point table, but got dtype unknown (" +
+                                                 std::to_string(std::numeric_limits<int>::min()) + ")"});
+  Fixture j;
+  shapejit::rt::set_c_enum(j.a.mode, shapejit::Mode(std::numeric_limits<int>::min()));
+  expect_rejected(j, SHAPEJIT_INVALID_ARGUMENT, {"but got -2147483648"});
+}
+
+TEST_CASE("validation: the C++ API reports out-of-range enum class values as integers") {
+  Fixture f;
+  shapejit::EmbeddingBagCall call;
+  call.weight = {f.weight.data(), shapejit::DType::kF32, 4, 3, 5};
+  call.indices = f.indices;
+  call.offsets = f.offsets;
+  auto message = [&] {
+    try {
+      shapejit::embedding_bag(call, {f.out.data(), f.o2b.data(), f.bag.data(), f.maxi.data()});
+    } catch (const shapejit::Error& e) {
+      CHECK(e.status() == shapejit::Status::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  call.mode = shapejit::Mode(-1);
+  CHECK(message().find("but got -1") != std::string::npos);
+  call.mode = shapejit::Mode::kSum;
+  call.offsets.dtype = shapejit::DType(-5);
+  CHECK(message().find("offsets must be int32 or int64, but got dtype unknown (-5)") != std::string::npos);
+  call.offsets.dtype = shapejit::DType::kI64;
+  call.indices.dtype = shapejit::DType(-2);
+  CHECK(message().find("indices must be int32 or int64, but got dtype unknown (-2)") != std::string::npos);
+  call.indices.dtype = shapejit::DType::kI64;
+  call.weight.dtype = shapejit::DType(7);
+  CHECK(message().find("weight must be a floating-point table, but got dtype unknown (7)") != std::string::npos);
+  CHECK(f.outputs_untouched());
+  call.weight.dtype = shapejit::DType(-3);
+  CHECK_THROWS_WITH_AS(shapejit::embedding_bag_output_shapes(call),
+                       doctest::Contains("got dtype unknown (-3)"), shapejit::Error);
 }

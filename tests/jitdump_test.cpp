@@ -195,7 +195,7 @@ TEST_CASE("jitdump: bad command lines exit 2 with a message naming the flag, val
   };
   const std::vector<Bad> cases{
       {{"embedding-bag", "--dim", "128", "--mode", "avg"}, "--mode: avg not in {sum, mean, max}"},
-      {{"embedding-bag", "--dim", "0"}, "--dim: 0 is not in [1, 1048576]"},
+      {{"embedding-bag", "--dim", "0"}, "--dim: 0 is not a positive integer"},
       {{"embedding-bag", "--dim", "12x"}, "--dim: 12x is not an integer"},
       {{"embedding-bag", "--dim", "8", "--index", "i16"}, "--index: i16 not in {i32, i64}"},
       {{"embedding-bag", "--dim", "8", "--offset", "u64"}, "--offset: u64 not in {i32, i64}"},
@@ -227,12 +227,42 @@ TEST_CASE("jitdump: bad command lines exit 2 with a message naming the flag, val
 }
 
 TEST_CASE("jitdump: a generator error exits 1 with the generator's message") {
-  // No generator exists for the scalar family (its kernel is C++), so this stays an error.
-  const Result r = run_jitdump({"embedding-bag", "--key", "embag.scalar.f32.d8.sum.i64.o64"});
-  INFO("command: " << r.command << "\nstderr: " << r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.rfind("jitdump: error: embag.scalar.f32.d8.sum.i64.o64", 0) == 0);
-  CHECK(r.out.empty());
+  // No generator exists for the scalar family (its kernel is C++), so this stays an error; but
+  // scalar code runs on every host, so the message must not blame the host.
+  const std::vector<std::vector<std::string>> scalar_keys{
+      {"embedding-bag", "--key", "embag.scalar.f32.d8.sum.i64.o64"}, {"linear-group", "--key", "gemm.scalar.1x8.k4"}};
+  for (const std::vector<std::string>& args : scalar_keys) {
+    const Result r = run_jitdump(args);
+    INFO("command: " << r.command << "\nstderr: " << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.rfind("jitdump: error: " + args[2] + ": no ", 0) == 0);
+    CHECK(r.err.find("generator for ISA scalar") != std::string::npos);
+    CHECK(r.err.find("cannot run") == std::string::npos);
+    CHECK(r.out.empty());
+  }
+  // A tile wider than the generators take (5 AVX2 vectors): the generator's own rule.
+  const Result wide = run_jitdump({"linear-group", "--k", "8", "--nc", "40", "--isa", "avx2", "--golden"});
+  INFO("stderr: " << wide.err);
+  CHECK(wide.exit_code == 1);
+  CHECK(wide.err.rfind("jitdump: error: gemm.avx2.1x40.k8: nc 40 needs 1..4 vectors", 0) == 0);
+}
+
+TEST_CASE("jitdump: --dim accepts exactly the widths a key's d<D> may have") {
+  // Wider than 2^20 (the old --dim bound) but within the generators' limit: flags and --key both
+  // produce the kernel.
+  const Result flags = run_ok({"embedding-bag", "--dim", "2000000", "--isa", "avx2", "--golden", "--no-listing"});
+  CHECK(field(flags.out, "kernel") == "embag.avx2.f32.d2000000.sum.i64.o64");
+  CHECK(run_ok({"embedding-bag", "--key", "embag.avx2.f32.d2000000.sum.i64.o64", "--golden", "--no-listing"}).out ==
+        flags.out);
+  // Past the generators' limit: both are usage errors with the same reason.
+  const Result too_wide_flags = run_jitdump({"embedding-bag", "--dim", "16777217", "--isa", "avx2"});
+  const Result too_wide_key = run_jitdump({"embedding-bag", "--key", "embag.avx2.f32.d16777217.sum.i64.o64"});
+  INFO("flags: " << too_wide_flags.err << "key: " << too_wide_key.err);
+  CHECK(too_wide_flags.exit_code == 2);
+  CHECK(too_wide_key.exit_code == 2);
+  const std::string reason = "no generator takes this kernel: dim 16777217 is outside [1, 16777216]";
+  CHECK(too_wide_flags.err.find(reason) != std::string::npos);
+  CHECK(too_wide_key.err.find(reason) != std::string::npos);
 }
 
 TEST_CASE("jitdump: the summary names the kernel, ISA, code size and time, then the listing") {
@@ -315,6 +345,9 @@ TEST_CASE("jitdump: linear-group checks its flags and shows the microkernel") {
       {{"linear-group", "--k", "8", "--store", "col"}, "--store: col not in {row-major, table}"},
       {{"linear-group", "--k", "8", "--isa", "avx512", "--mr", "9"},
        "--mr: 9 rows do not fit: a 48-column tile (3 vectors) leaves registers for at most 8 rows on avx512"},
+      // 13 vectors leave no row: the --nc default mr would be 0 (once named "gemm.avx2.0x100").
+      {{"linear-group", "--k", "16", "--nc", "100", "--isa", "avx2"},
+       "--nc: a 100-column tile (13 vectors) leaves registers for no row on avx2; use fewer columns"},
       {{"linear-group", "--key", "gemm.avx512.8x48"}, "is not a canonical kernel name"},
       {{"linear-group", "--key", "gemm.avx512.8x48.k8", "--k", "3"}, "drop --k or drop --key"},
   };
@@ -346,6 +379,20 @@ TEST_CASE("jitdump: linear-group checks its flags and shows the microkernel") {
 #endif
 }
 
+TEST_CASE("jitdump: a GEMM kernel is named <mr>x<nc> with at least one row, whatever --nc is") {
+  for (const std::string isa : {"avx512", "avx2", "neon"})
+    for (const std::string nc : {"1", "8", "48", "64", "100", "4096"}) {
+      const Result r = run_jitdump({"linear-group", "--k", "4", "--nc", nc, "--isa", isa, "--golden", "--no-listing"});
+      INFO("command: " << r.command << "\nstdout: " << r.out << "stderr: " << r.err);
+      CHECK((r.out + r.err).find(".0x") == std::string::npos);  // once "gemm.avx2.0x100.k4"
+      if (r.exit_code != 0) continue;  // a usage or generator error naming the rule
+      const std::string name = field(r.out, "kernel"), prefix = "gemm." + isa + ".";
+      REQUIRE(name.rfind(prefix, 0) == 0);
+      CHECK(std::atoi(name.c_str() + prefix.size()) >= 1);
+      CHECK(name.find("x" + nc + ".k4") != std::string::npos);
+    }
+}
+
 TEST_CASE("jitdump: the JIT listing equals the emitted one, and emission is reproducible") {
   // The default path generates into a JitRuntime when the host runs the ISA; --golden emits into
   // a CodeHolder. Equal text means the goldens show exactly what the engine runs.
@@ -362,6 +409,9 @@ TEST_CASE("jitdump: the JIT listing equals the emitted one, and emission is repr
 
 TEST_CASE("jitdump: list-isas explains each ISA and the default follows it and SHAPEJIT_ISA") {
   const Result r = run_ok({"list-isas"});
+  CHECK(r.out.find("cannot run") == std::string::npos);
+  for (const std::string cap : {"scalar", "avx2", "neon", "bogus"})
+    CHECK(run_ok({"list-isas"}, "SHAPEJIT_ISA=" + cap).out.find("cannot run") == std::string::npos);
   for (const std::string isa : {"avx512", "avx2", "neon"}) {
     CAPTURE(isa);
     const std::string line = field(r.out, isa);

@@ -2,6 +2,7 @@
 // failures reported and never cached, statistics, the code-memory bound, and handles.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <new>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "jit/embag_codegen.hpp"
 #include "runtime/embag_generic_kernel.hpp"
 #include "runtime/isa_select.hpp"
 #include "runtime/kernel_cache.hpp"
@@ -43,13 +45,15 @@ struct FakeCompiler {
   size_t code_bytes = 1000;
 
   shapejit::rt::EmbagCompileFn fn() {
-    return [this](const EmbagKey& key, asmjit::JitRuntime&) -> GeneratedEmbagKernel {
+    return [this](const EmbagKey& key, asmjit::JitRuntime&,
+                  const shapejit::jit::CodeAdmission& admit) -> GeneratedEmbagKernel {
       ++calls;
       std::this_thread::sleep_for(delay);
       if (fail_next.load() > 0) {
         --fail_next;
         throw shapejit::Error(shapejit::Status::kUnsupported, "fake: cannot compile " + key.name());
       }
+      if (!admit(code_bytes)) return {nullptr, code_bytes};  // as the real generator: add nothing
       return {key.dim % 2 ? &kernel_a : &kernel_b, code_bytes};
     };
   }
@@ -193,46 +197,82 @@ TEST_CASE("kernel cache: every failure arrives as shapejit::Error with a status"
     return shapejit::Status::kOk;
   };
   using shapejit::Status;
-  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&) -> GeneratedEmbagKernel {
+  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&, const shapejit::jit::CodeAdmission&) -> GeneratedEmbagKernel {
           throw std::runtime_error("asmjit said no");
         }) == Status::kInternalError);
-  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&) -> GeneratedEmbagKernel {
+  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&, const shapejit::jit::CodeAdmission&) -> GeneratedEmbagKernel {
           throw std::bad_alloc();
         }) == Status::kOutOfMemory);
-  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&) -> GeneratedEmbagKernel {
+  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&, const shapejit::jit::CodeAdmission&) -> GeneratedEmbagKernel {
           return {nullptr, 0};  // never cache a null function
         }) == Status::kInternalError);
-  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&) -> GeneratedEmbagKernel {
+  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&, const shapejit::jit::CodeAdmission&) -> GeneratedEmbagKernel {
           throw 42;
+        }) == Status::kInternalError);
+  // Code added without asking the limit, or of another size than admitted, is a broken generator.
+  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&, const shapejit::jit::CodeAdmission&) -> GeneratedEmbagKernel {
+          return {&kernel_a, 100};
+        }) == Status::kInternalError);
+  CHECK(status_of([](const EmbagKey&, asmjit::JitRuntime&, const shapejit::jit::CodeAdmission& admit) -> GeneratedEmbagKernel {
+          admit(100);
+          return {&kernel_a, 200};
         }) == Status::kInternalError);
 }
 
 TEST_CASE("kernel cache: beyond the code bound new keys run the generic kernel") {
   FakeCompiler compiler;
   EmbagKernelCache cache(compiler.fn(), 2500);
-  for (int64_t d = 1; d <= 3; ++d) CHECK_FALSE(cache.get(key_with_dim(d)).generic());
-  CHECK(cache.stats().code_bytes == 3000);  // the third started below the bound
+  for (int64_t d = 1; d <= 2; ++d) CHECK_FALSE(cache.get(key_with_dim(d)).generic());
+  CHECK(cache.stats().code_bytes == 2000);
 
-  const EmbagKey fourth = key_with_dim(4);
-  const auto h = cache.get(fourth);
+  // A third 1000-byte kernel would pass the bound: refused before anything is emitted.
+  const EmbagKey third = key_with_dim(3);
+  const auto h = cache.get(third);
   CHECK(h.generic());
-  CHECK((h.fn() == shapejit::rt::generic_embag_kernel(fourth)));
-  CHECK(compiler.calls.load() == 3);
+  CHECK((h.fn() == shapejit::rt::generic_embag_kernel(third)));
+  CHECK(compiler.calls.load() == 2);
   auto s = cache.stats();
   CHECK(s.generic_fallbacks == 1);
-  CHECK(s.kernels == 3);
+  CHECK(s.kernels == 2);
+  CHECK(s.code_bytes == 2000);
   CHECK(s.code_limit_bytes == 2500);
   // Compiled keys are still served; the fallback is not cached, so raising the bound helps.
   CHECK((cache.get(key_with_dim(2)).fn() == &kernel_b));
   cache.set_code_limit_bytes(1 << 20);
-  CHECK_FALSE(cache.get(fourth).generic());
-  CHECK(compiler.calls.load() == 4);
+  CHECK_FALSE(cache.get(third).generic());
+  CHECK(compiler.calls.load() == 3);
   // A bound of zero compiles nothing new.
   cache.set_code_limit_bytes(0);
   CHECK(cache.get(key_with_dim(5)).generic());
   CHECK(cache.stats().generic_fallbacks == 2);
   cache.set_code_limit_bytes(-1);
   CHECK(cache.stats().code_limit_bytes == shapejit::rt::default_code_limit_bytes());
+}
+
+TEST_CASE("kernel cache: a kernel larger than the room left is refused after emission, and only once") {
+  FakeCompiler compiler;
+  compiler.code_bytes = 100;
+  EmbagKernelCache cache(compiler.fn(), 600);
+  CHECK_FALSE(cache.get(key_with_dim(1)).generic());  // the estimate is now 100 bytes
+  compiler.code_bytes = 1000;                         // fits the estimate, not the room left
+  CHECK(cache.get(key_with_dim(2)).generic());
+  CHECK(compiler.calls.load() == 2);
+  auto s = cache.stats();
+  CHECK(s.code_bytes == 100);
+  CHECK(s.kernels == 1);
+  CHECK(s.generic_fallbacks == 1);
+  CHECK(s.failed_compilations == 0);
+  // The estimate learnt the 1000 bytes: the same key is refused without being emitted again.
+  CHECK(cache.get(key_with_dim(2)).generic());
+  CHECK(compiler.calls.load() == 2);
+  CHECK(cache.stats().generic_fallbacks == 2);
+  // A failed compilation releases its reservation: the room is whole for the next key.
+  compiler.code_bytes = 500;
+  cache.set_code_limit_bytes(100 + 1000);
+  compiler.fail_next = 1;
+  CHECK_THROWS_AS(cache.get(key_with_dim(3)), shapejit::Error);
+  CHECK_FALSE(cache.get(key_with_dim(3)).generic());
+  CHECK(cache.stats().code_bytes == 600);
 }
 
 TEST_CASE("kernel cache: a stream of distinct shapes keeps code memory bounded") {
@@ -309,4 +349,99 @@ TEST_CASE("kernel cache: the real generator compiles a key of the selected ISA o
   CHECK(s.code_bytes > 0);
   MESSAGE(key.name() << ": " << s.code_bytes << " bytes in " << s.compile_time_ns / 1000 << " us");
   CHECK((cache.get(key).fn() == h.fn()));
+}
+
+namespace {
+
+// Keys of the selected ISA that differ only in their prefetch distance: one code size each,
+// so "a limit worth N kernels" is exact.
+std::vector<EmbagKey> same_size_keys(Isa isa, int count) {
+  std::vector<EmbagKey> keys;
+  for (int p = 1; p <= count; ++p) {
+    EmbagKey k = key_with_dim(64);
+    k.isa = isa;
+    k.prefetch = p;
+    keys.push_back(k);
+  }
+  return keys;
+}
+
+// Bytes of `key`'s code, emitted into a CodeHolder (no code memory is taken).
+int64_t emitted_bytes(const EmbagKey& key) {
+  asmjit::JitRuntime rt;
+  asmjit::CodeHolder code;
+  code.init(rt.environment());
+  shapejit::jit::emit_embag_kernel(key, code);
+  return int64_t(code.codeSize());
+}
+
+// Each of `keys.size()` threads asks for its own key, all released at the same moment.
+void ask_each_concurrently(EmbagKernelCache& cache, const std::vector<EmbagKey>& keys, std::vector<bool>* generic) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  generic->assign(keys.size(), false);
+  std::vector<char> got(keys.size(), 0);
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < keys.size(); ++t) {
+    pool.emplace_back([&, t] {
+      ++ready;
+      while (!go.load()) std::this_thread::yield();
+      got[t] = cache.get(keys[t]).generic() ? 1 : 0;
+    });
+  }
+  while (ready.load() < int(keys.size())) std::this_thread::yield();
+  go = true;
+  for (auto& th : pool) th.join();
+  for (size_t t = 0; t < keys.size(); ++t) (*generic)[t] = got[t] != 0;
+}
+
+}  // namespace
+
+TEST_CASE("kernel cache: 16 threads compiling new shapes never hold more code than the limit") {
+  const Isa isa = shapejit::rt::selected_isa();
+  if (isa == Isa::kScalar) {
+    MESSAGE("no JIT ISA on this host; skipped");
+    return;
+  }
+  constexpr int kThreads = 16;
+  const std::vector<EmbagKey> keys = same_size_keys(isa, kThreads);
+  int64_t smallest = emitted_bytes(keys[0]);
+  for (const EmbagKey& k : keys) smallest = std::min(smallest, emitted_bytes(k));
+  // A limit of one byte fits no kernel; a limit short of N + 1 of the smallest fits at most N.
+  for (const int worth : {0, 1, 3}) {
+    const int64_t limit = worth == 0 ? 1 : worth * smallest + smallest - 1;
+    CAPTURE(limit);
+    for (int round = 0; round < 5; ++round) {
+      EmbagKernelCache cache({}, limit);  // the real generator
+      std::vector<bool> generic;
+      ask_each_concurrently(cache, keys, &generic);
+      const auto s = cache.stats();
+      CHECK(s.code_bytes <= limit);
+      CHECK(s.kernels <= worth);
+      CHECK(s.kernels + s.generic_fallbacks == kThreads);
+      int compiled = 0;
+      for (bool g : generic) compiled += g ? 0 : 1;
+      CHECK(compiled == s.kernels);
+    }
+  }
+}
+
+TEST_CASE("kernel cache: overlapping compilations share a limit worth N kernels, and fill it afterwards") {
+  FakeCompiler compiler;
+  compiler.delay = std::chrono::milliseconds(20);  // all 16 compilations overlap
+  EmbagKernelCache cache(compiler.fn(), 4 * 1000);
+  std::vector<EmbagKey> keys;
+  for (int64_t d = 1; d <= 16; ++d) keys.push_back(key_with_dim(d));
+  std::vector<bool> generic;
+  ask_each_concurrently(cache, keys, &generic);
+  auto s = cache.stats();
+  CHECK(s.code_bytes <= 4000);
+  CHECK(s.kernels >= 1);
+  CHECK(s.kernels <= 4);
+  CHECK(s.kernels + s.generic_fallbacks == 16);
+  // One at a time, new keys compile until exactly four kernels fill the limit.
+  for (int64_t d = 17; d <= 24; ++d) cache.get(key_with_dim(d));
+  s = cache.stats();
+  CHECK(s.kernels == 4);
+  CHECK(s.code_bytes == 4000);
 }

@@ -23,6 +23,7 @@
 #include "runtime/linear_group_exec.hpp"
 #include "runtime/linear_group_pack.hpp"
 #include "support/embag_cases.hpp"
+#include "support/host_isas.hpp"
 
 namespace {
 
@@ -32,21 +33,9 @@ using shapejit::rt::LinearPartIo;
 using shapejit::rt::LinearPartWeights;
 using Rng = std::mt19937_64;
 
-constexpr uint32_t kSentinelBits = 0x7FA5A5A5u;  // a NaN payload no kernel produces
+using shapejit::test::host_has;
 
-// Evaluated during static initialisation (doctest::skip), where asmjit::CpuInfo::host() must not
-// be called yet.
-bool host_has(Isa isa) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (isa == Isa::kAvx512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  if (isa == Isa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#elif defined(__aarch64__)
-  if (isa == Isa::kNeon) return true;  // Advanced SIMD is part of every AArch64 Linux target
-#endif
-  (void)isa;
-  return false;
-}
+constexpr uint32_t kSentinelBits = 0x7FA5A5A5u;  // a NaN payload no kernel produces
 
 float sentinel() {
   float f;

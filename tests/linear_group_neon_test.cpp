@@ -20,6 +20,7 @@
 #include "shapejit/shapejit.hpp"
 #include "support/a64_support.hpp"
 #include "support/embag_cases.hpp"
+#include "support/host_isas.hpp"
 
 namespace {
 
@@ -141,6 +142,7 @@ void run_probed(const GemmKey& key, int64_t panels, uint64_t seed) {
   const ProbeFn probe = wrap_with_register_probe(rt, reinterpret_cast<const void*>(kernel.fn));
   REQUIRE(static_cast<bool>(probe));
   args.c = direct.data();
+  shapejit::test::note_direct_run(key.isa);
   kernel.fn(&args);
   args.c = probed.data();
   probe(&args);

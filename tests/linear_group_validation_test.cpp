@@ -4,11 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "runtime/c_enum.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 
@@ -126,13 +129,13 @@ TEST_CASE("linear group validation: null handles and descriptors") {
 
 TEST_CASE("linear group validation: unknown enums") {
   Fixture f;
-  f.desc.form = static_cast<shapejit_weight_form>(7);
+  shapejit::rt::set_c_enum(f.desc.form, shapejit::WeightForm(7));
   expect_create_rejected(f, {"desc.form = 7"});
   Fixture g;
-  g.parts[1].activation = static_cast<shapejit_activation>(9);
+  shapejit::rt::set_c_enum(g.parts[1].activation, shapejit::Activation(9));
   expect_create_rejected(g, {"desc.parts[1].activation = 9"});
   Fixture h;
-  h.parts[2].layout = static_cast<shapejit_layout>(3);
+  shapejit::rt::set_c_enum(h.parts[2].layout, OutputLayout(3));
   expect_create_rejected(h, {"desc.parts[2].layout = 3"});
 }
 
@@ -380,4 +383,95 @@ TEST_CASE("linear group validation: the C++ API throws Error with the same messa
     expect_message(e.what(), {"inputs.size() = 1", "outputs.size() = 2", "3 parts"});
   }
   CHECK(all_sentinel(f.out));
+}
+
+TEST_CASE("linear group validation: negative enums are printed as the caller wrote them") {
+  Fixture f;
+  shapejit::rt::set_c_enum(f.desc.form, shapejit::WeightForm(-1));
+  expect_create_rejected(f, {"desc.form = -1 is not a weight form"});
+  Fixture g;
+  shapejit::rt::set_c_enum(g.parts[1].activation, shapejit::Activation(-1));
+  expect_create_rejected(g, {"desc.parts[1].activation = -1 is not an activation"});
+  Fixture h;
+  shapejit::rt::set_c_enum(h.parts[2].layout, OutputLayout(std::numeric_limits<int>::min()));
+  expect_create_rejected(h, {"desc.parts[2].layout = -2147483648 is not a layout"});
+  // The C++ API hands any enum class value through as an integer.
+  std::vector<LinearPart> parts{{.rows = 2}, {.row_begin = 2, .rows = 2}};
+  auto create_message = [&](const LinearGroupDesc& desc) {
+    try {
+      LinearGroup group(desc);
+    } catch (const shapejit::Error& e) {
+      CHECK(e.status() == shapejit::Status::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  LinearGroupDesc bad_form = LinearGroupDesc::packed(f.w.data(), 6, 2, f.b, parts);
+  bad_form.form = shapejit::WeightForm(-1);
+  expect_message(create_message(bad_form), {"desc.form = -1 is not a weight form"});
+  parts[1].activation = shapejit::Activation(-1);
+  expect_message(create_message(LinearGroupDesc::packed(f.w.data(), 6, 2, f.b, parts)),
+                 {"desc.parts[1].activation = -1 is not an activation"});
+  parts[1].activation = shapejit::Activation::kNone;
+  parts[0].layout = OutputLayout(-7);
+  expect_message(create_message(LinearGroupDesc::packed(f.w.data(), 6, 2, f.b, parts)),
+                 {"desc.parts[0].layout = -7 is not a layout"});
+}
+
+// ---- Alignment: every f32 buffer is aligned to 4 bytes ----------------------------------------
+
+namespace {
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(p)));
+  return buf;
+}
+
+// `p` moved by `bytes` (1 to 3: no longer a float's alignment).
+template <class T>
+T* shifted(T* p, int bytes) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + bytes);
+}
+
+std::string misaligned(const std::string& name, const void* p) {
+  return name + " = " + hex(p) + " is not aligned to 4 bytes, the size of its float32 elements";
+}
+
+}  // namespace
+
+TEST_CASE("linear group validation: misaligned weights and bias are rejected at create") {
+  Fixture f;
+  std::vector<float> w(f.w.size() + 1);
+  float* const w1 = shifted(w.data(), 1);
+  std::memcpy(w1, f.w.data(), f.w.size() * 4);
+  f.desc.weight = w1;
+  expect_create_rejected(f, {misaligned("desc.weight", w1)});
+  Fixture g;
+  g.desc.bias = shifted(g.b.data(), 2);
+  expect_create_rejected(g, {misaligned("desc.bias", g.desc.bias)});
+  Fixture h;
+  h.make_separate();
+  h.parts[1].weight = shifted(h.sep1.data(), 3);
+  expect_create_rejected(h, {misaligned("desc.parts[1].weight", h.parts[1].weight)});
+}
+
+TEST_CASE("linear group validation: misaligned inputs and outputs are rejected, outputs untouched") {
+  Fixture f;
+  std::vector<float> x(f.x.size() + 1, 1.0f);
+  f.io[1].x = shifted(x.data(), 1);
+  expect_run_rejected(f, {misaligned("io[1].x", f.io[1].x)});
+  Fixture g;  // row-major output
+  g.io[0].y = shifted(g.io[0].y, 2);
+  expect_run_rejected(g, {misaligned("io[0].y", g.io[0].y)});
+  Fixture h;  // head-split output
+  h.io[2].y = shifted(h.io[2].y, 3);
+  expect_run_rejected(h, {misaligned("io[2].y", h.io[2].y)});
+  Fixture i;  // m == 0: the pointers are never used, so they need not be aligned
+  i.io[1].m = i.io[2].m = i.io[2].batch = 0;
+  i.io[1].x = shifted(i.io[1].x, 1);
+  i.io[2].y = shifted(i.io[2].y, 1);
+  REQUIRE(shapejit_linear_group_create(&i.desc, &i.group) == SHAPEJIT_OK);
+  CHECK(shapejit_linear_group_run(i.group, i.io, 3) == SHAPEJIT_OK);
 }

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -171,7 +173,8 @@ TEST_CASE("perf map: disabled appends nothing, and a failed compilation is never
     CHECK(lines_after(scope.start).empty());
   }
   ScopedPerfMap scope(true);
-  EmbagKernelCache failing([](const EmbagKey& key, asmjit::JitRuntime&) -> shapejit::jit::GeneratedEmbagKernel {
+  EmbagKernelCache failing([](const EmbagKey& key, asmjit::JitRuntime&,
+                              const shapejit::jit::CodeAdmission&) -> shapejit::jit::GeneratedEmbagKernel {
     throw shapejit::Error(shapejit::Status::kUnsupported, "fake: cannot compile " + key.name());
   });
   CHECK_THROWS_AS(failing.get(key_of(Isa::kAvx2, 9, shapejit::Mode::kSum, shapejit::DType::kI64)), shapejit::Error);
@@ -231,4 +234,59 @@ TEST_CASE("perf map: a linear group's kernels are appended with canonical gemm n
     CHECK(entry->size > 0);
     CHECK(in_executable_mapping(entry->start, entry->size));  // the group (and its code) is alive
   }
+}
+
+namespace {
+
+// A file for the planted names to point at, removed with the test.
+struct VictimFile {
+  std::string path = "/tmp/shapejit-perf-map-victim-" + std::to_string(getpid());
+  VictimFile() { std::ofstream(path) << "precious\n"; }
+  ~VictimFile() { std::filesystem::remove(path); }
+  std::string contents() const {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+// Records one entry with the map enabled and nothing at its path but what `plant` puts there.
+// False when this process already has a real map (a profiling run): it is left alone.
+bool record_over(const std::function<void(const std::string& map)>& plant) {
+  const std::string map = shapejit::rt::perf_map_path();
+  if (std::filesystem::exists(std::filesystem::symlink_status(map))) return false;
+  plant(map);
+  shapejit::rt::set_perf_map_enabled(true);
+  shapejit::rt::perf_map_record(reinterpret_cast<const void*>(uintptr_t{0x1000}), 16, "embag.planted");
+  shapejit::rt::set_perf_map_enabled(std::nullopt);
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("perf map: a symbolic link or hard link planted at the map's path is never written through") {
+  const std::string map = shapejit::rt::perf_map_path();
+  {
+    VictimFile victim;
+    const bool ran = record_over([&](const std::string& at) { std::filesystem::create_symlink(victim.path, at); });
+    if (!ran) {
+      MESSAGE("this process already has a perf map; not planting over it");
+      return;
+    }
+    CHECK(victim.contents() == "precious\n");
+    CHECK(std::filesystem::is_symlink(std::filesystem::symlink_status(map)));  // still the planted link
+    std::filesystem::remove(map);
+  }
+  {
+    VictimFile victim;
+    REQUIRE(record_over([&](const std::string& at) { std::filesystem::create_hard_link(victim.path, at); }));
+    CHECK(victim.contents() == "precious\n");
+    std::filesystem::remove(map);
+  }
+  // With nothing planted, the map is created for this user only and written.
+  REQUIRE(record_over([](const std::string&) {}));
+  const auto perms = std::filesystem::status(map).permissions();
+  CHECK((perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all)) ==
+        std::filesystem::perms::none);
+  CHECK(lines_after(0) == std::vector<std::string>{"1000 10 embag.planted"});
+  std::filesystem::remove(map);
 }

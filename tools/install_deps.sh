@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages shapejit needs, only those missing (fast when nothing is).
-# Usage: tools/install_deps.sh [--check] [core|test|bench|cross|all]
+# Usage: tools/install_deps.sh [--check] [core|test|bench|cross|all|bochs]
 #   --check: install nothing; print the missing packages, one a line (exit 1 when any is).
 #   core:  build the library, tools and benchmarks;
 #   test:  + oracle (libtorch, python3-torch), emulators, clang and the Python test tools;
@@ -8,6 +8,8 @@
 #   cross: the AArch64 cross build run under qemu (cross g++, qemu-user and the :arm64
 #          libraries; adds the arm64 dpkg architecture once);
 #   all:   test + cross.
+#   bochs: the Bochs AVX-512 guest (tools/bochs/): the emulator, its BIOS images, the ISO
+#          tools and what builds the guest's tiny kernel from Debian's linux-source-6.1.
 set -euo pipefail
 check=0
 if [ "${1:-}" = --check ]; then check=1; shift; fi
@@ -20,6 +22,9 @@ bench=(libtorch-dev libdnnl-dev libopenblas-dev libxsmm-dev libxnnpack-dev libpt
 # The cross build reuses doctest-dev and libcli11-dev (Architecture: all, header-only).
 cross_host=(g++-aarch64-linux-gnu qemu-user)
 cross_target=(libasmjit-dev:arm64 libtbb-dev:arm64 libsleef-dev:arm64)
+# bochs-term satisfies bochs' need for a display library (apt would otherwise pick bochs-wx).
+bochs=(bochs bochs-term bochsbios vgabios isolinux syslinux-common xorriso
+       linux-source-6.1 make gcc bc bison flex libelf-dev xz-utils)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -67,7 +72,8 @@ if [ "$check" = 1 ]; then
     bench) wanted=("${core[@]}" "${bench[@]}") ;;
     cross) wanted=("${cross_host[@]}" "${cross_target[@]}") ;;
     all) wanted=("${core[@]}" "${test[@]}" "${cross_host[@]}" "${cross_target[@]}") ;;
-    *) echo "usage: $0 [--check] [core|test|bench|cross|all]" >&2; exit 2 ;;
+    bochs) wanted=("${bochs[@]}") ;;
+    *) echo "usage: $0 [--check] [core|test|bench|cross|all|bochs]" >&2; exit 2 ;;
   esac
   missing=$(missing_of "${wanted[@]}")
   [ -z "$missing" ] && exit 0
@@ -81,5 +87,6 @@ case "$level" in
   bench) install_missing "${core[@]}" "${bench[@]}" ;;
   cross) install_cross ;;
   all) install_missing "${core[@]}" "${test[@]}"; install_cross ;;
-  *) echo "usage: $0 [core|test|bench|cross|all]" >&2; exit 2 ;;
+  bochs) install_missing "${bochs[@]}" ;;
+  *) echo "usage: $0 [core|test|bench|cross|all|bochs]" >&2; exit 2 ;;
 esac

@@ -3,14 +3,13 @@
 // subcommand, registered in main() below; argument parsing is CLI11's.
 //
 // Exit codes: 0 success, 1 the generator failed (shapejit::Error), 2 bad command line.
-#include <asmjit/core.h>
-
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "jit/host_features.hpp"
 #include "runtime/isa_select.hpp"
 #include "shapejit/shapejit.hpp"
 #include "tools/jitdump_common.hpp"
@@ -22,28 +21,17 @@ namespace {
 
 using jit::Isa;
 
-const char* requirement(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return "x86-64 with avx512f, avx512bw, avx512dq, avx512vl";
-    case Isa::kAvx2: return "x86-64 with avx2, fma";
-    case Isa::kNeon: return "AArch64 with asimd";
-    case Isa::kScalar: return "any host";
-  }
-  return "?";
-}
-
 void list_isas() {
-  const asmjit::CpuInfo& cpu = asmjit::CpuInfo::host();
-  const char* brand = cpu.brand();
-  const bool x86 = asmjit::Environment::host().arch() == asmjit::Arch::kX64;
-  print_field("host", std::string(x86 ? "x86-64" : "AArch64") + ", " +
-                          (brand && *brand ? brand : "unnamed CPU") + " (asmjit CpuInfo)");
-  const rt::HostFeatures host = rt::detect_host_features();
+  // The engine's host-feature rule (jit/host_features.hpp) decides every line below.
+  const jit::HostFeatures& host = jit::host_features();
+  const std::string cpu = jit::host_cpu_name();
+  print_field("host", std::string(host.x86 ? "x86-64" : host.arm ? "AArch64" : "unknown architecture") + ", " +
+                          (cpu.empty() ? "unnamed CPU" : cpu));
   for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
-    const std::string why = rt::isa_unsupported_reason(host, isa);
+    const std::string why = jit::isa_unsupported_reason(host, isa);
     const CodeTarget target = target_for(isa);
     std::string text = why.empty() ? "runs here" : (target.cross ? "cross-emit only: " : "emit only: ") + why;
-    print_field(std::string(jit::isa_name(isa)), text + "  [needs " + requirement(isa) + "]");
+    print_field(std::string(jit::isa_name(isa)), text + "  [needs " + jit::isa_requirement(isa) + "]");
   }
   const rt::IsaSelection& sel = rt::process_isa_selection();
   print_field("default --isa", sel.isa == Isa::kScalar ? std::string("none (the engine selects scalar, which has no generated code)")

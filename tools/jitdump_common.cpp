@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "jit/host_features.hpp"
 #include "runtime/isa_select.hpp"
 #include "runtime/jit_memory.hpp"
 #include "shapejit/shapejit.hpp"
@@ -84,6 +85,19 @@ CLI::Validator int_in(int64_t lo, int64_t hi) {
       range);
 }
 
+CLI::Validator positive_int() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        int64_t v = 0;
+        const char* end = value.data() + value.size();
+        const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+        if (ec != std::errc() || ptr != end) return value + " is not an integer";
+        if (v < 1) return value + " is not a positive integer";
+        return "";
+      },
+      "INT >= 1");
+}
+
 CodeTarget target_for(Isa isa) {
   CodeTarget t;
   t.isa = isa;
@@ -95,7 +109,7 @@ CodeTarget target_for(Isa isa) {
   t.environment = t.cross ? asmjit::Environment(arch, asmjit::SubArch::kUnknown, asmjit::Vendor::kUnknown,
                                                 asmjit::Platform::kLinux, asmjit::PlatformABI::kGNU)
                           : host;
-  const std::string why = rt::isa_unsupported_reason(rt::detect_host_features(), isa);
+  const std::string why = jit::isa_unsupported_reason(jit::host_features(), isa);
   t.runnable = !t.cross && why.empty();
   if (t.runnable) {
     t.note = "runs on this host";

@@ -37,6 +37,9 @@ struct Command {
 CLI::Validator one_of(std::initializer_list<const char*> names);
 /// Validator for an integer in [lo, hi]; rejects with "0 is not in [1, 1048576]".
 CLI::Validator int_in(int64_t lo, int64_t hi);
+/// Validator for an integer >= 1 whose upper bound is left to the kernel-key rule (so a flag
+/// accepts exactly what the same field of --key does); rejects with "0 is not a positive integer".
+CLI::Validator positive_int();
 
 /// How code for an ISA is produced here: generated into a JitRuntime (runnable on this host)
 /// or emitted into a CodeHolder for an environment the host cannot run.

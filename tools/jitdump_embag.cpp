@@ -8,6 +8,7 @@
 
 #include "jit/embag_codegen.hpp"
 #include "jit/embag_kernel.hpp"
+#include "jit/embag_plan.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::tools {
@@ -50,6 +51,13 @@ const char* mode_text(Mode m) {
   return m == Mode::kMean ? "mean" : m == Mode::kMax ? "max" : "sum";
 }
 
+// The generators' own key rule (jit/embag_plan.hpp), applied to flags and --key alike, so
+// --dim accepts exactly the widths a d<D> in a key may have.
+void require_generated(const EmbagKey& key, const std::string& what) {
+  if (const auto why = jit::embag_key_unsupported_reason(key))
+    throw UsageError(what + ": no generator takes this kernel: " + *why);
+}
+
 // Flags were checked one by one by CLI11; here the rules that span several of them.
 EmbagKey make_key(const EmbagFlags& f) {
   EmbagKey key;
@@ -65,6 +73,7 @@ EmbagKey make_key(const EmbagFlags& f) {
     if (key.weighted && key.mode != Mode::kSum)
       throw UsageError("--key: " + f.key + " is weighted (.w) in " + mode_text(key.mode) +
                        " mode; per-sample weights are only allowed in sum mode");
+    require_generated(key, "--key: " + f.key);
     return key;
   }
   if (f.dim == 0)
@@ -80,6 +89,7 @@ EmbagKey make_key(const EmbagFlags& f) {
   key.index = int_from(f.index);
   key.offset = int_from(f.offset);
   key.prefetch = f.prefetch;
+  require_generated(key, "embedding-bag: " + key.name());
   return key;
 }
 
@@ -108,8 +118,9 @@ Command add_embedding_bag_command(CLI::App& parent) {
                                      std::string("A kernel's canonical name instead of the flags below: ") +
                                          kKeyFormat);
   std::vector<CLI::Option*> shape;
-  shape.push_back(app->add_option("--dim,-d", flags->dim, "Row width D, the number of columns (required without --key)")
-                      ->check(int_in(1, 1 << 20)));
+  shape.push_back(app->add_option("--dim,-d", flags->dim, "Row width D, the number of columns, 1 to " +
+                                      std::to_string(jit::kMaxGeneratedEmbagDim) + " (required without --key)")
+                      ->check(positive_int()));
   shape.push_back(app->add_option("--mode,-m", flags->mode, "Reduction over a bag's rows (default sum)")
                       ->check(one_of({"sum", "mean", "max"})));
   shape.push_back(app->add_option("--index", flags->index, "Element type of indices (default i64)")

@@ -44,13 +44,17 @@ Activation activation_from(const std::string& s) {
 }
 
 // The register budget is the generator's rule (gemm_max_mr); checking it here turns a tile that
-// cannot fit into a usage error that says why.
-void check_tile(const GemmKey& key, const std::string& flag) {
+// cannot fit into a usage error that says why. `rows_flag` is blamed for too many rows,
+// `columns_flag` for columns that leave room for no row at all.
+void check_tile(const GemmKey& key, const std::string& rows_flag, const std::string& columns_flag) {
   const int max_mr = jit::gemm_max_mr(key.isa, key.nv());
+  const std::string tile = "a " + std::to_string(key.nc) + "-column tile (" + std::to_string(key.nv()) + " vectors)";
+  const std::string isa(jit::isa_name(key.isa));
+  if (max_mr < 1)
+    throw UsageError(columns_flag + ": " + tile + " leaves registers for no row on " + isa + "; use fewer columns");
   if (key.mr <= max_mr) return;
-  throw UsageError(flag + ": " + std::to_string(key.mr) + " rows do not fit: a " + std::to_string(key.nc) +
-                   "-column tile (" + std::to_string(key.nv()) + " vectors) leaves registers for at most " +
-                   std::to_string(max_mr) + " rows on " + std::string(jit::isa_name(key.isa)));
+  throw UsageError(rows_flag + ": " + std::to_string(key.mr) + " rows do not fit: " + tile +
+                   " leaves registers for at most " + std::to_string(max_mr) + " rows on " + isa);
 }
 
 GemmKey make_key(const GemmFlags& f) {
@@ -61,7 +65,7 @@ GemmKey make_key(const GemmFlags& f) {
       if (o->count() > 0)
         throw UsageError("--key: the name already fixes every kernel flag; drop " + o->get_name() +
                          " or drop --key");
-    check_tile(*parsed, "--key");
+    check_tile(*parsed, "--key", "--key");
     return *parsed;
   }
   if (f.k == 0) throw UsageError("linear-group: give --k K (with --nc, --mr, --bias, ...) or --key NAME");
@@ -69,13 +73,13 @@ GemmKey make_key(const GemmFlags& f) {
   key.isa = f.isa.empty() ? default_isa() : *jit::parse_isa(f.isa);
   key.k = f.k;
   key.nc = f.nc > 0 ? f.nc : int(3 * key.lanes());
-  key.mr = f.mr > 0 ? f.mr : jit::gemm_max_mr(key.isa, key.nv());
+  key.mr = f.mr > 0 ? f.mr : jit::gemm_max_mr(key.isa, key.nv());  // 0 (no row fits) is rejected below
   key.bias = f.bias;
   key.act = activation_from(f.act);
   key.scale = f.scale;
   key.store = f.store == "table" ? jit::GemmStore::kTable : jit::GemmStore::kRowMajor;
   key.prefetch = f.prefetch;
-  check_tile(key, "--mr");
+  check_tile(key, "--mr", f.nc > 0 ? "--nc" : "--isa");
   return key;
 }
 

@@ -3,11 +3,19 @@
  * Every function returns a status; on failure shapejit_last_error() returns the calling
  * thread's last message (argument, value and rule). A failed call leaves every output
  * buffer exactly as it was. All buffers are dense and row-major unless a stride says
- * otherwise. The exact semantics are those of ATen's _embedding_bag (see
- * docs/embedding-bag-semantics.md in the project's shared documents). */
+ * otherwise. The exact semantics are those of ATen's _embedding_bag, written down in
+ * docs/embedding-bag-semantics.md (linear groups: docs/split-gemm-semantics.md).
+ *
+ * Alignment: every buffer a call reads or writes must be aligned to its element size (4 bytes
+ * for float32 and int32, 8 for int64, 2 for float16 and bfloat16); a misaligned one is rejected
+ * with SHAPEJIT_INVALID_ARGUMENT naming it, its address and the alignment. A zero-length buffer
+ * is never touched and may have any address (or be NULL).
+ * Enum fields: any int may be stored in one; a value outside the enum is rejected and reported
+ * as that int. */
 #ifndef SHAPEJIT_SHAPEJIT_H
 #define SHAPEJIT_SHAPEJIT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(_WIN32)
@@ -37,7 +45,7 @@ typedef struct {
   shapejit_mode mode;
   int32_t has_padding_idx; int64_t padding_idx;
   int32_t include_last_offset;
-  int32_t aten_partial_final_offset;         /* see embedding-bag-semantics.md */
+  int32_t aten_partial_final_offset;         /* see docs/embedding-bag-semantics.md */
 } shapejit_embedding_bag_args;
 
 /* Output shapes of a call, so callers can allocate them. */
@@ -49,7 +57,10 @@ typedef struct {
 
 SHAPEJIT_API shapejit_status shapejit_embedding_bag_output_shapes(const shapejit_embedding_bag_args*,
                                                                   shapejit_embedding_bag_shapes*);
-/* Writes all four ATen outputs. A zero-length output may be passed as NULL. */
+/* Writes all four ATen outputs. A zero-length output may be passed as NULL. No output may share
+ * a byte with another output or with an input: indices, offsets, per_sample_weights, or the
+ * weight table from the start of its first row to the end of its last (the gaps of a strided
+ * table included); such a call is rejected before anything is written. */
 SHAPEJIT_API shapejit_status shapejit_embedding_bag(const shapejit_embedding_bag_args*, void* output,
                                                     void* offset2bag, void* bag_size, void* max_indices);
 /* Size of the engine's task arena (1 = run on the calling thread). n <= 0 restores the default
@@ -110,13 +121,15 @@ typedef struct shapejit_linear_group shapejit_linear_group;
 SHAPEJIT_API shapejit_status shapejit_linear_group_create(const shapejit_linear_group_desc* desc,
                                                           shapejit_linear_group** out);
 /* Runs every part: io holds num_io == the group's num_parts entries. Every argument is checked
- * before any output is written; outputs must not overlap each other or any input. */
+ * before any output is written; outputs must not overlap each other or any input. As everywhere,
+ * x and y (when m > 0), the weights and the bias must be 4-byte aligned. */
 SHAPEJIT_API shapejit_status shapejit_linear_group_run(const shapejit_linear_group* group,
                                                        const shapejit_linear_group_io* io, int64_t num_io);
 /* Frees the group (NULL is a no-op). */
 SHAPEJIT_API shapejit_status shapejit_linear_group_destroy(shapejit_linear_group* group);
 
-/* Embedding-bag kernel cache statistics (counters since the process started). */
+/* Engine statistics (counters since the process started): the embedding-bag kernel cache's,
+ * then fields appended in later versions. */
 typedef struct {
   int64_t hits;                /* lookups served by a cached or in-flight compilation */
   int64_t misses;              /* lookups that started a compilation */
@@ -127,11 +140,22 @@ typedef struct {
   int64_t kernels;             /* kernels held */
   int64_t generic_fallbacks;   /* lookups run on the generic kernel because of the code limit */
   int64_t code_limit_bytes;    /* the code-memory limit in force */
+  /* ---- appended after 0.1: filled only by shapejit_get_kernel_cache_stats_sized ---- */
+  int64_t reference_linear_groups; /* linear groups built to run the double-precision reference
+                                      because no GEMM generator takes their ISA or shape */
 } shapejit_kernel_cache_stats;
+/* Fills the first nine fields, those of shapejit 0.1, and never writes past them: callers built
+ * against an older header pass a smaller struct. */
 SHAPEJIT_API shapejit_status shapejit_get_kernel_cache_stats(shapejit_kernel_cache_stats* stats);
-/* Bound on JIT code memory: once the cache holds this many bytes, new shapes run a generic
- * kernel (slower, same results). bytes < 0 restores the default (SHAPEJIT_CODE_LIMIT_BYTES,
- * else 64 MiB); 0 compiles nothing new. */
+/* Fills every field that lies wholly within the first stats_size bytes: pass sizeof *stats.
+ * Fields a caller's newer header has and this library lacks are left as they were. stats_size
+ * must cover at least the nine fields of 0.1. */
+SHAPEJIT_API shapejit_status shapejit_get_kernel_cache_stats_sized(shapejit_kernel_cache_stats* stats,
+                                                                   size_t stats_size);
+/* Bound on JIT code memory: the cache never holds more code than this, even while several
+ * threads compile; a new shape whose kernel does not fit runs a generic kernel (slower, same
+ * results). bytes < 0 restores the default (SHAPEJIT_CODE_LIMIT_BYTES, else 64 MiB); 0 compiles
+ * nothing new. */
 SHAPEJIT_API shapejit_status shapejit_set_code_memory_limit(int64_t bytes);
 
 #ifdef __cplusplus

@@ -1,4 +1,6 @@
-// shapejit C++ API: the same engine as the C ABI, with views, enum classes and exceptions.
+// shapejit C++ API: the same engine as the C ABI, with views, enum classes and exceptions. The
+// buffer rules (alignment to the element size, no overlapping outputs) are those of shapejit.h;
+// an enum class holding a value outside its enumerators is rejected and reported as its int.
 #pragma once
 
 #include <cstdint>
@@ -96,7 +98,8 @@ struct EmbeddingBagResult {
 
 /// Validates `call` and returns the output shapes (throws Error on invalid input).
 EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCall& call);
-/// Runs the call into caller buffers sized by embedding_bag_output_shapes().
+/// Runs the call into caller buffers sized by embedding_bag_output_shapes(). Buffers must be aligned
+/// to their element size, and no output may overlap an input or another output (see shapejit.h).
 void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out);
 /// Runs the call into freshly allocated buffers (f32 tables only).
 EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
@@ -196,11 +199,13 @@ class LinearGroup {
   shapejit_linear_group* group_ = nullptr;
 };
 
-/// Embedding-bag kernel cache statistics (see shapejit_kernel_cache_stats).
+/// Engine statistics: the embedding-bag kernel cache's, then later fields (see
+/// shapejit_kernel_cache_stats).
 struct KernelCacheStats {
   int64_t hits = 0, misses = 0, compilations = 0, failed_compilations = 0;
   int64_t compile_time_ns = 0, code_bytes = 0, kernels = 0, generic_fallbacks = 0;
   int64_t code_limit_bytes = 0;
+  int64_t reference_linear_groups = 0;  ///< linear groups running the scalar reference (appended)
 };
 /// The kernel cache's counters so far.
 KernelCacheStats kernel_cache_stats();

@@ -15,6 +15,14 @@
 // sleef.h declares them only in translation units compiled for the matching ISA). Other hosts
 // only cross-emit x86 code (jitdump), which never runs: the call target is then 0.
 #if defined(SHAPEJIT_HOST_X86)
+// The activation step calls SLEEF as the System V AMD64 ABI has it: the vector argument and
+// result in zmm0/ymm0, no shadow space (the tile is spilled at [rsp], where a Win64 callee may
+// write its 32-byte home area), and every vector and mask register clobbered. Win64 differs in
+// all three, so such a build stops here instead of generating kernels that corrupt their tiles.
+#if defined(_WIN64) || defined(__CYGWIN__)
+#error "jit/x86/gemm_emitter.cpp: generated GEMM kernels call SLEEF with the System V AMD64 ABI; Win64 needs shadow space and its own argument passing"
+#endif
+static_assert(sizeof(void*) == 8, "the generated x86 kernels are x86-64 code");
 extern "C" {
 void Sleef_erff16_u10avx512f();
 void Sleef_tanhf16_u10avx512f();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <span>
 #include <sstream>
@@ -333,6 +334,74 @@ TEST_CASE("oracle: the output comparison reports one ulp, a lost NaN, a wrong dt
   CHECK_FALSE(compare_ints("bag_size", aten_ints.to(at::kInt), int_bytes, SHAPEJIT_I64, {3}).empty());
   CHECK_FALSE(compare_ints("bag_size", aten_ints.reshape({3, 1}), int_bytes, SHAPEJIT_I64, {3}).empty());
   CHECK_FALSE(compare_ints("bag_size", at::tensor({0, 2, 4}, at::kLong), int_bytes, SHAPEJIT_I64, {3}).empty());
+}
+
+// docs/embedding-bag-semantics.md, "Weighted sums and ATen's slow path": shapejit always fuses
+// w * x into the sum; ATen fuses on its fast path and rounds each product on its slow path
+// (padding_idx set). Pinned where the difference is largest, a product beyond FLT_MAX, so a
+// PyTorch that changes either path fails here rather than in the random cases' tolerance.
+TEST_CASE("oracle: weighted sums fuse like ATen's fast path; ATen's slow path rounds each product") {
+  at::set_num_threads(1);
+  constexpr float kMax = std::numeric_limits<float>::max();
+  std::vector<float> table{-kMax, kMax, kMax, 5.0f};  // [4, 1]; row 3 is the padding row
+  std::vector<int64_t> indices{0, 1, 2, 3, 0, 1, 2, 0, 1}, offsets{0, 4, 7};
+  std::vector<float> weights{1.0f, 1.5f, -1.5f, 7.0f, 1.0f, 1.5f, -3.0f, 1.0f, 1.0f + 0x1p-12f};
+  const int64_t n = int64_t(indices.size()), bags = int64_t(offsets.size());
+  // Bag b's sum in index order from +0.0, fused or with each product rounded first.
+  auto walk = [&](int64_t b, bool padding, bool fused) {
+    const int64_t end = b + 1 < bags ? offsets[size_t(b + 1)] : n;
+    float acc = 0.0f;
+    for (int64_t i = offsets[size_t(b)]; i < end; ++i) {
+      const int64_t row = indices[size_t(i)];
+      if (padding && row == 3) continue;
+      const float x = table[size_t(row)], w = weights[size_t(i)];
+      if (fused) {
+        acc = std::fmaf(w, x, acc);
+      } else {
+        const float product = w * x;
+        acc = acc + product;
+      }
+    }
+    return acc;
+  };
+  auto same = [](float a, float b) {
+    return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  };
+  for (const bool padding : {false, true}) {
+    CAPTURE(padding);
+    shapejit_embedding_bag_args a{};
+    a.weight = table.data();
+    a.weight_dtype = SHAPEJIT_F32;
+    a.num_rows = 4;
+    a.dim = 1;
+    a.row_stride = 1;
+    a.indices = indices.data();
+    a.index_dtype = SHAPEJIT_I64;
+    a.num_indices = n;
+    a.offsets = offsets.data();
+    a.offset_dtype = SHAPEJIT_I64;
+    a.num_offsets = bags;
+    a.per_sample_weights = weights.data();
+    a.mode = SHAPEJIT_SUM;
+    a.has_padding_idx = padding;
+    a.padding_idx = 3;
+    std::vector<float> ours(static_cast<size_t>(bags));
+    std::vector<int64_t> offset2bag(static_cast<size_t>(n)), bag_size(static_cast<size_t>(bags)),
+        max_indices(static_cast<size_t>(bags));
+    REQUIRE(shapejit_embedding_bag(&a, ours.data(), offset2bag.data(), bag_size.data(), max_indices.data()) ==
+            SHAPEJIT_OK);
+    const at::Tensor aten = std::get<0>(at::_embedding_bag_forward_only(
+        at::from_blob(table.data(), {4, 1}, at::kFloat), at::from_blob(indices.data(), {n}, at::kLong),
+        at::from_blob(offsets.data(), {bags}, at::kLong), false, 0, false,
+        at::from_blob(weights.data(), {n}, at::kFloat), false, padding ? 3 : -1));
+    for (int64_t b = 0; b < bags; ++b) {
+      CAPTURE(b);
+      const float fused = walk(b, padding, true), rounded = walk(b, padding, false);
+      CHECK(same(ours[size_t(b)], fused));
+      CHECK(same(aten[b][0].item<float>(), padding ? rounded : fused));
+      if (padding) CHECK_FALSE(same(fused, rounded));  // every bag shows the difference
+    }
+  }
 }
 
 }  // namespace

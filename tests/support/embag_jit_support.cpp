@@ -17,28 +17,6 @@
 
 namespace shapejit::test::embag_jit {
 
-using jit::Isa;
-
-// Tests call this during static initialisation (doctest::skip), where asmjit::CpuInfo::host()
-// must not be called: asmjit 1.9 constructs its global after such a call and zeroes every
-// feature for the rest of the process.
-bool host_has(Isa isa) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (isa == Isa::kAvx512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  if (isa == Isa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#elif defined(__aarch64__)
-  if (isa == Isa::kNeon) return true;  // Advanced SIMD is part of every AArch64 Linux target
-#endif
-  return false;
-}
-
-std::vector<Isa> host_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon})
-    if (host_has(isa)) isas.push_back(isa);
-  return isas;
-}
 
 uint64_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -283,6 +261,7 @@ std::string run_and_compare(JitProblem& p, jit::EmbagKernelFn fn, std::optional<
   ref::embedding_bag(a, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
                      want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
   jit::EmbagKernelArgs g = kernel_args(p, got);
+  note_direct_run(p.key.isa);
   if (split) {
     jit::EmbagKernelArgs first = g, second = g;
     first.bag_end = second.bag_begin = *split;

@@ -13,16 +13,15 @@
 #include "jit/embag_kernel.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
+#include "support/host_isas.hpp"
 
 namespace shapejit::test::embag_jit {
 
 using Rng = std::mt19937_64;
 
-/// The host runs `isa` (AVX-512F or AVX2, each with FMA; NEON on AArch64). Safe during static
-/// initialisation, unlike asmjit::CpuInfo::host() (see embag_jit_support.cpp).
-bool host_has(jit::Isa isa);
-/// The ISAs with a generator that the host runs, best first.
-std::vector<jit::Isa> host_isas();
+// Which ISAs the host runs (the engine's rule; safe in doctest::skip decorators).
+using test::host_has;
+using test::host_isas;
 
 /// Mixes a seed and a case number into an independent generator seed.
 uint64_t mix(uint64_t x);

@@ -1,0 +1,126 @@
+// Weighted sums round once per term (fused multiply-add), with or without padding_idx. ATen
+// rounds twice per term (product, then sum) on its slow path, taken when padding_idx is set:
+// docs/embedding-bag-semantics.md, "Weighted sums and ATen's slow path", states the difference
+// and this test pins it on inputs where it is largest: overflow of a rounded product.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "ref/embedding_bag.hpp"
+#include "runtime/isa_select.hpp"
+#include "shapejit/shapejit.h"
+
+namespace {
+
+constexpr float kMax = std::numeric_limits<float>::max();
+constexpr int64_t kDim = 19;  // a full AVX2 vector, and tails on every ISA
+
+// Three bags over four rows; row 3 is the padding row, which only bag 0 names. Column 0 takes
+// products beyond FLT_MAX that the running sum brings back into range; every other column
+// takes one product whose rounding the fused form avoids.
+struct WeightedCase {
+  std::vector<float> table = std::vector<float>(4 * kDim);
+  std::vector<int64_t> indices{0, 1, 2, 3, 0, 1, 2, 0, 1};
+  std::vector<int64_t> offsets{0, 4, 7};
+  std::vector<float> weights{1.0f, 1.5f, -1.5f, 7.0f, 1.0f, 1.5f, -3.0f, 1.0f, 1.0f + 0x1p-12f};
+
+  WeightedCase() {
+    const float col0[4] = {-kMax, kMax, kMax, 5.0f};
+    const float rest[4] = {-1.0f, 1.0f + 0x1p-12f, 0.0f, 5.0f};
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t d = 0; d < kDim; ++d) table[size_t(r * kDim + d)] = d == 0 ? col0[r] : rest[r];
+  }
+
+  shapejit_embedding_bag_args args() const {
+    shapejit_embedding_bag_args a{};
+    a.weight = table.data();
+    a.weight_dtype = SHAPEJIT_F32;
+    a.num_rows = 4;
+    a.dim = kDim;
+    a.row_stride = kDim;
+    a.indices = indices.data();
+    a.index_dtype = SHAPEJIT_I64;
+    a.num_indices = int64_t(indices.size());
+    a.offsets = offsets.data();
+    a.offset_dtype = SHAPEJIT_I64;
+    a.num_offsets = int64_t(offsets.size());
+    a.per_sample_weights = weights.data();
+    a.mode = SHAPEJIT_SUM;
+    a.has_padding_idx = 1;
+    a.padding_idx = 3;
+    return a;
+  }
+
+  // Bag b, column d, in index order from +0.0, with one rounding per term or with two.
+  float sum(int64_t b, int64_t d, bool fused) const {
+    const int64_t end = b + 1 < int64_t(offsets.size()) ? offsets[size_t(b + 1)] : int64_t(indices.size());
+    float acc = 0.0f;
+    for (int64_t i = offsets[size_t(b)]; i < end; ++i) {
+      const int64_t row = indices[size_t(i)];
+      if (row == 3) continue;
+      const float x = table[size_t(row * kDim + d)], w = weights[size_t(i)];
+      if (fused) {
+        acc = std::fmaf(w, x, acc);
+      } else {
+        const float product = w * x;  // rounded here (the build uses -ffp-contract=off)
+        acc = acc + product;
+      }
+    }
+    return acc;
+  }
+};
+
+std::vector<float> run_api(const shapejit_embedding_bag_args& a) {
+  std::vector<float> out(size_t(3 * kDim), -1.0f);
+  std::vector<int64_t> offset2bag(a.num_indices), bag_size(3), max_indices(3);
+  REQUIRE(shapejit_embedding_bag(&a, out.data(), offset2bag.data(), bag_size.data(), max_indices.data()) ==
+          SHAPEJIT_OK);
+  return out;
+}
+
+void check_fused(const WeightedCase& c, const std::vector<float>& out) {
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t d = 0; d < kDim; ++d) {
+      CAPTURE(b);
+      CAPTURE(d);
+      CHECK(std::bit_cast<uint32_t>(out[size_t(b * kDim + d)]) == std::bit_cast<uint32_t>(c.sum(b, d, true)));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("weighted sum with padding_idx: one rounding per term, where ATen's slow path has two") {
+  const WeightedCase c;
+  // What ATen's slow path computes differs on these inputs as the semantics document says:
+  // a product that overflows is infinite at once, a later opposite one makes NaN.
+  CHECK(c.sum(0, 0, true) == -kMax);
+  CHECK(std::isnan(c.sum(0, 0, false)));
+  CHECK(c.sum(1, 0, true) == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(c.sum(1, 0, false)));
+  CHECK(std::isfinite(c.sum(2, 0, true)));
+  CHECK(c.sum(2, 0, false) == std::numeric_limits<float>::infinity());
+  // Without overflow the two differ by the rounding of the product: 2^-11 + 2^-24 vs 2^-11.
+  CHECK(c.sum(2, 1, true) == 0x1p-11f + 0x1p-24f);
+  CHECK(c.sum(2, 1, false) == 0x1p-11f);
+
+  const shapejit_embedding_bag_args a = c.args();
+  std::vector<float> ref(size_t(3 * kDim));
+  std::vector<int64_t> offset2bag(a.num_indices), bag_size(3), max_indices(3);
+  shapejit::ref::embedding_bag(a, ref.data(), offset2bag.data(), bag_size.data(), max_indices.data());
+  check_fused(c, ref);
+  check_fused(c, run_api(a));  // the selected ISA's kernel
+  {
+    const shapejit::rt::ScopedIsaOverride pin(shapejit::jit::Isa::kScalar);  // the generic kernel
+    check_fused(c, run_api(a));
+  }
+  // Without padding_idx ATen's fast path fuses too; the row that was padding now counts.
+  shapejit_embedding_bag_args unpadded = a;
+  unpadded.has_padding_idx = 0;
+  const std::vector<float> out = run_api(unpadded);
+  CHECK(out[0] == std::fmaf(7.0f, 5.0f, c.sum(0, 0, true)));
+}

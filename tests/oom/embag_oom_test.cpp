@@ -1,0 +1,113 @@
+// Out of memory in an embedding-bag call: for every k, the k-th allocation of the call fails; the
+// call must return SHAPEJIT_OUT_OF_MEMORY with every output byte as it was, or SHAPEJIT_OK with
+// the exact result. Cold calls (a shape never compiled: the cache, asmjit, the engine's plan)
+// and warm calls (the kernel cached) for every mode, on one and on two engine threads.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "oom/alloc_injector.hpp"
+#include "oom/oom_cases.hpp"
+#include "runtime/isa_select.hpp"
+#include "support/embag_cases.hpp"
+
+namespace {
+
+using shapejit::test::EmbagOutput;
+using shapejit::test::GuardedOutputs;
+using shapejit::test::oom::Attempt;
+using shapejit::test::oom::EmbagInputs;
+using shapejit::test::oom::EmbagVariant;
+using shapejit::test::oom::FailureMode;
+using shapejit::test::oom::kEmbagVariants;
+using shapejit::test::oom::ScopedFailure;
+using shapejit::test::oom::SweepStats;
+
+std::string mode_text(FailureMode mode) {
+  return mode == FailureMode::kOnce ? ", allocation k fails: " : ", every allocation from k on fails: ";
+}
+
+bool same_bytes(const GuardedOutputs& a, const GuardedOutputs& b) {
+  for (EmbagOutput w : shapejit::test::kAllEmbagOutputs) {
+    const auto x = a.bytes(w), y = b.bytes(w);
+    if (x.size() != y.size() || !std::equal(x.begin(), x.end(), y.begin())) return false;
+  }
+  return true;
+}
+
+// One call with allocation k failing, checked against `expected` (a clean call's outputs).
+Attempt failing_call(const EmbagInputs& in, int64_t k, const GuardedOutputs* expected,
+                     FailureMode mode = FailureMode::kOnce) {
+  const shapejit_embedding_bag_shapes shapes = in.shapes();
+  GuardedOutputs got(shapes, 0xCD);
+  Attempt a;
+  {
+    ScopedFailure failure(k, mode);
+    a.status = got.run(in.args());
+    a.count = failure.finish();
+  }
+  CAPTURE(k);
+  CAPTURE(a.count.allocations);
+  CHECK(got.check_guards() == "");
+  if (a.status == SHAPEJIT_OUT_OF_MEMORY) {
+    CHECK(a.count.fired);
+    CHECK(got.untouched());
+    CHECK(std::string(shapejit_last_error()) != "");
+  } else {
+    REQUIRE(a.status == SHAPEJIT_OK);
+    GuardedOutputs clean(shapes, 0x33);
+    if (!expected) {  // cold: the same call again, now without a failure
+      REQUIRE(clean.run(in.args()) == SHAPEJIT_OK);
+      expected = &clean;
+    }
+    CHECK(same_bytes(got, *expected));
+  }
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("out of memory: a warm embedding-bag call fails cleanly at every allocation") {
+  for (int threads : {1, 2}) {
+    REQUIRE(shapejit_set_num_threads(threads) == SHAPEJIT_OK);
+    for (const EmbagVariant& v : kEmbagVariants) {
+      const EmbagInputs in(v, 40);
+      GuardedOutputs expected(in.shapes(), 0x11);
+      REQUIRE(expected.run(in.args()) == SHAPEJIT_OK);  // compiles and caches the kernel
+      for (FailureMode mode : {FailureMode::kOnce, FailureMode::kPersistent}) {
+        const SweepStats s = shapejit::test::oom::sweep_allocations(
+            [&](int64_t k) { return failing_call(in, k, &expected, mode); });
+        MESSAGE("warm, ", threads, " thread(s), ", std::string(v.name), mode_text(mode), s.summary());
+      }
+    }
+  }
+  REQUIRE(shapejit_set_num_threads(0) == SHAPEJIT_OK);
+}
+
+TEST_CASE("out of memory: a cold embedding-bag call (new shape) fails cleanly at every allocation") {
+  REQUIRE(shapejit_set_num_threads(2) == SHAPEJIT_OK);
+  int64_t next_dim = 100;  // every attempt compiles a shape no earlier call used
+  for (FailureMode mode : {FailureMode::kOnce, FailureMode::kPersistent}) {
+    for (const EmbagVariant& v : kEmbagVariants) {
+      const SweepStats s = shapejit::test::oom::sweep_allocations([&](int64_t k) {
+        const EmbagInputs in(v, next_dim++);
+        return failing_call(in, k, nullptr, mode);
+      });
+      MESSAGE("cold, 2 threads, ", std::string(v.name), mode_text(mode), s.summary());
+      if (!v.partial_final_offset) CHECK(s.out_of_memory > 0);  // compiling allocates
+    }
+  }
+  REQUIRE(shapejit_set_num_threads(0) == SHAPEJIT_OK);
+}
+
+TEST_CASE("out of memory: an embedding-bag call on the reference path (scalar ISA) fails cleanly") {
+  const shapejit::rt::ScopedIsaOverride scalar(shapejit::jit::Isa::kScalar);
+  for (const EmbagVariant& v : kEmbagVariants) {
+    const EmbagInputs in(v, 40);
+    GuardedOutputs expected(in.shapes(), 0x11);
+    REQUIRE(expected.run(in.args()) == SHAPEJIT_OK);
+    const SweepStats s =
+        shapejit::test::oom::sweep_allocations([&](int64_t k) { return failing_call(in, k, &expected); });
+    MESSAGE("scalar ISA, ", std::string(v.name), ": ", s.summary());
+  }
+}
