@@ -7,7 +7,9 @@
 #   3. AArch64 cross build (build-a64/): the unit and differential suites on NEON, run under
 #      qemu-aarch64 through ctest. CI (CI=true) installs the cross tools; elsewhere the stage is
 #      skipped with the list of packages to install when they are missing.
-#   4. Hardening: ThreadSanitizer build (build-tsan/) of the thread tests, and bounded libFuzzer
+#   4. AVX-512 battery (tests/avx512_battery): natively on AVX-512 hosts, elsewhere in a Bochs
+#      guest (tools/bochs/, tools/avx512_stage.sh), requiring avx512 either way.
+#   5. Hardening: ThreadSanitizer build (build-tsan/) of the thread tests, and bounded libFuzzer
 #      runs of the C ABI (build-fuzz/, tools/fuzz.sh).
 # Every test stage sets SHAPEJIT_REQUIRE_ISAS to the ISAs it can run (tests/support/
 # generated_code_report.hpp), so a battery skipped for want of an ISA fails the stage instead of
@@ -129,8 +131,8 @@ timed "install (test packages)" tools/install_deps.sh test
 release_stage
 sanitizer_stage
 cross_stage
-# Stage 5 (AVX-512 battery, under Bochs where the CPU lacks AVX-512) goes here, as its own
-# function wrapped in `timed` like the stages above.
+# Stage 5: the AVX-512 battery, natively where the CPU has AVX-512, else under Bochs.
+timed "avx512: battery (native, else Bochs)" tools/avx512_stage.sh build
 hardening_stage
 
 echo "== times"

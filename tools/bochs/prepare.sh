@@ -34,6 +34,9 @@ now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; }
 
 mkdir -p "$guest" "$cache/debs" "$cache/logs"
+# One preparation at a time: parallel runs (the stage's shards) wait here for the first one.
+exec 9>"$cache/prepare.lock"
+flock 9
 
 # --- 1. packages ------------------------------------------------------------------------------
 t=$(now)
@@ -78,6 +81,7 @@ if [ ! -f "$guest/bzImage" ] || [ ! -x "$guest/gen_init_cpio" ] || [ "$(cat "$gu
   [ "${shm_free:-0}" -gt $((3 * 1024 * 1024)) ] && work_root=/dev/shm
   kdir=$(mktemp -d "$work_root/shapejit-kernel.XXXXXX")
   trap 'rm -rf "$kdir"' EXIT
+  trap 'exit 130' INT TERM  # so that the EXIT trap cleans up on a signal too
   mkdir -p "$kdir/obj"
   say "unpacking $src_tar"
   tar -xJf "$src_tar" -C "$kdir"
@@ -101,9 +105,7 @@ if [ ! -f "$guest/bzImage" ] || [ ! -x "$guest/gen_init_cpio" ] || [ "$(cat "$gu
       grep -qx "$line" "$kdir/obj/.config" || die "kernel option $line did not survive olddefconfig"
     fi
   done < "$here/kernel.config"
-  # With ccache a rebuild on the same machine (CI's fresh checkout after a session) is cheap.
-  cc=(); command -v ccache >/dev/null && cc=(CC="ccache gcc")
-  nice make -C "$ksrc" O="$kdir/obj" "${cc[@]}" -j"$jobs" bzImage >>"$log" 2>&1 \
+  nice make -C "$ksrc" O="$kdir/obj" -j"$jobs" bzImage >>"$log" 2>&1 \
     || { tail -n 30 "$log" >&2; die "kernel build failed; see $log"; }
   [ -x "$kdir/obj/usr/gen_init_cpio" ] || make -C "$ksrc" O="$kdir/obj" usr/gen_init_cpio >>"$log" 2>&1 \
     || die "building usr/gen_init_cpio failed; see $log"
