@@ -7,7 +7,9 @@ export PATH=/bin HOME=/ TERM=dumb
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
-mount -t tmpfs tmp /tmp
+# No tmpfs on /tmp: the initramfs root is already writable, and a mount there would hide a
+# program that run.sh copied in under its host path in /tmp (a CI checkout may live there).
+mkdir -p /tmp
 exec </dev/console >/dev/console 2>&1
 stty -onlcr 2>/dev/null  # no carriage return after every newline
 . /run/job.sh
