@@ -117,8 +117,9 @@ void embedding_bag(const shapejit_embedding_bag_args& a, void* output, void* off
   const shapejit_dtype idx_t = shapes.index_out_dtype;
   const int64_t bags = shapes.output_rows;
   float* out = static_cast<float*>(output);
-  // Allocated before the first write, so running out of memory leaves every output untouched.
-  std::vector<int64_t> winner(a.mode == SHAPEJIT_MAX ? static_cast<size_t>(a.dim) : 0);
+  // Allocated before the first write, so running out of memory leaves every output untouched;
+  // only when some bag needs it (then dim is bounded by the caller's output of bags x dim).
+  std::vector<int64_t> winner(a.mode == SHAPEJIT_MAX && bags > 0 ? static_cast<size_t>(a.dim) : 0);
 
   if (a.mode == SHAPEJIT_SUM) {  // bag_size and max_indices are zeros in sum mode
     for (int64_t k = 0; k < shapes.bag_size_len; ++k) store_int(bag_size, idx_t, k, 0);
