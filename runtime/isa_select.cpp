@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "runtime/engine_stats.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -30,11 +31,6 @@ int rank(const HostFeatures& host, Isa isa) {
   for (size_t i = 0; i < list.size(); ++i)
     if (list[i] == isa) return static_cast<int>(i);
   return static_cast<int>(list.size());
-}
-
-bool env_is_one(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) == "1";
 }
 
 // No pin: -1; otherwise the pinned Isa's integer value.
@@ -94,7 +90,7 @@ const IsaSelection& process_isa_selection() {
     IsaSelection s = select_isa(detect_host_features(),
                                 cap ? std::optional<std::string_view>(cap) : std::nullopt);
     if (!s.cap_note.empty()) std::fprintf(stderr, "shapejit: %s\n", s.cap_note.c_str());
-    if (env_is_one("SHAPEJIT_VERBOSE"))
+    if (verbose_requested())
       std::fprintf(stderr, "shapejit: ISA selection: %s\n", s.to_string().c_str());
     return s;
   }();
