@@ -19,11 +19,14 @@ namespace shapejit::jit {
 /// reads D from EmbagKernelArgs::dim (used once the code-memory bound is reached).
 struct EmbagKey {
   Isa isa = Isa::kAvx512;
-  DType table = DType::kF32;
+  DType table = DType::kF32;  ///< kF32, kF16, kBF16, or rowwise-quantized kQ8, kQ4, kQ2
   int64_t dim = 0;
   Mode mode = Mode::kSum;
   bool weighted = false;   ///< per_sample_weights present (sum only)
   bool padding = false;    ///< padding_idx present
+  DType out = DType::kF32; ///< output dtype: kF32, kF16 or kBF16
+  DType psw = DType::kF32; ///< per_sample_weights dtype (when weighted): kF32, kF16 or kBF16
+  bool pruned = false;     ///< compressed_indices_mapping present: row = mapping[index], -1 skips
   DType index = DType::kI64;
   DType offset = DType::kI64;
   int prefetch = 16;       ///< software prefetch distance in indices (0 = none)
@@ -58,10 +61,11 @@ struct EmbagKernelArgs {
   const void* offsets;             ///< key.offset elements
   int64_t num_offsets;             ///< len(offsets)
   int64_t num_indices;             ///< N
-  const float* per_sample_weights; ///< read only when key.weighted
+  const void* per_sample_weights;  ///< key.psw elements; read only when key.weighted
   int64_t padding_idx;             ///< non-negative; read only when key.padding
   int64_t bag_begin, bag_end;      ///< bags [bag_begin, bag_end) to compute
-  float* output;                   ///< [B, D] dense
+  void* output;                    ///< [B, D] dense, key.out elements
+  const int32_t* mapping;          ///< key.pruned: row of each index (every value in [-1, rows))
   void* offset2bag;                ///< [N] of key.index_out(); written when mode != sum or padding
   void* bag_size;                  ///< [B]; written (counts) in mean and max mode
   void* max_indices;               ///< mean: [B] counts; max: [B, D] winning row ids

@@ -42,7 +42,7 @@ struct Problem {
         offsets(static_cast<const Offset*>(a.offsets)),
         num_offsets(a.num_offsets),
         num_indices(a.num_indices),
-        psw(a.per_sample_weights),
+        psw(static_cast<const float*>(a.per_sample_weights)),
         padding_idx(a.padding_idx) {}
 
   const float* row(int64_t r) const {
@@ -125,7 +125,7 @@ void generic_kernel(const EmbagKernelArgs* args) {
   Out* max_indices = static_cast<Out*>(args->max_indices);
   for (int64_t b = args->bag_begin; b < args->bag_end; ++b) {
     const int64_t begin = p.bag_begin(b), end = p.bag_end(b);
-    float* out = args->output + b * p.dim;
+    float* out = static_cast<float*>(args->output) + b * p.dim;
     int64_t count;
     if constexpr (kMode == Mode::kMax)
       count = max_bag<kPadding>(p, begin, end, out, max_indices + b * p.dim);

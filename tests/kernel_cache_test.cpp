@@ -27,8 +27,8 @@ using shapejit::jit::Isa;
 using shapejit::rt::EmbagKernelCache;
 
 // Stand-in "generated" kernels: C++ functions that leave a mark the test can see.
-void kernel_a(const EmbagKernelArgs* a) { a->output[0] = 1.0f; }
-void kernel_b(const EmbagKernelArgs* a) { a->output[0] = 2.0f; }
+void kernel_a(const EmbagKernelArgs* a) { static_cast<float*>(a->output)[0] = 1.0f; }
+void kernel_b(const EmbagKernelArgs* a) { static_cast<float*>(a->output)[0] = 2.0f; }
 
 EmbagKey key_with_dim(int64_t dim) {
   EmbagKey k;

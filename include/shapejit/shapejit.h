@@ -30,13 +30,21 @@ extern "C" {
 
 typedef enum { SHAPEJIT_OK = 0, SHAPEJIT_INVALID_ARGUMENT = 1, SHAPEJIT_UNSUPPORTED = 2,
                SHAPEJIT_OUT_OF_MEMORY = 3, SHAPEJIT_INTERNAL_ERROR = 4 } shapejit_status;
+/* SHAPEJIT_Q8/Q4/Q2 are rowwise-quantized table rows (docs/quantized-tables-semantics.md): per
+ * row D codes of 8/4/2 bits, then the row's scale and bias (f32 for Q8, f16 for Q4/Q2), exactly
+ * as torch's embedding_bag_{byte,4bit,2bit}_prepack lays them out. They are table dtypes only. */
 typedef enum { SHAPEJIT_F32 = 0, SHAPEJIT_F16 = 1, SHAPEJIT_BF16 = 2,
-               SHAPEJIT_I32 = 3, SHAPEJIT_I64 = 4 } shapejit_dtype;
+               SHAPEJIT_I32 = 3, SHAPEJIT_I64 = 4,
+               SHAPEJIT_Q8 = 5, SHAPEJIT_Q4 = 6, SHAPEJIT_Q2 = 7 } shapejit_dtype;
 typedef enum { SHAPEJIT_SUM = 0, SHAPEJIT_MEAN = 1, SHAPEJIT_MAX = 2 } shapejit_mode;
 
 /* One embedding-bag call. weight is [num_rows, dim] with rows row_stride elements apart
  * (row_stride >= dim). indices [num_indices] and offsets [num_offsets] are int32 or int64;
- * if the two differ both are promoted to int64. */
+ * if the two differ both are promoted to int64.
+ * Table dtypes: F32, F16 and BF16 (output and per_sample_weights of the table's dtype), or
+ * Q8/Q4/Q2 (output and per_sample_weights f32; `dim` is D, the values per row, and row_stride
+ * counts bytes: >= the packed row's D + 8, ceil(D/2) + 4 or ceil(D/4) + 4 bytes). Other output
+ * and weight dtypes, pruned tables and ATen's lengths-style offsets: shapejit_embedding_bag_ex. */
 typedef struct {
   const void* weight; shapejit_dtype weight_dtype; int64_t num_rows; int64_t dim; int64_t row_stride;
   const void* indices; shapejit_dtype index_dtype; int64_t num_indices;
@@ -63,6 +71,58 @@ SHAPEJIT_API shapejit_status shapejit_embedding_bag_output_shapes(const shapejit
  * table included); such a call is rejected before anything is written. */
 SHAPEJIT_API shapejit_status shapejit_embedding_bag(const shapejit_embedding_bag_args*, void* output,
                                                     void* offset2bag, void* bag_size, void* max_indices);
+/* ---- Embedding bags, extended form: every table dtype's options ---------------------------
+ * `call` as above, plus what only some table dtypes allow. Set struct_size to
+ * sizeof(shapejit_embedding_bag_ex_args): later versions append fields and read only what the
+ * caller's struct_size covers. */
+typedef struct {
+  size_t struct_size;
+  shapejit_embedding_bag_args call;
+  /* F32 for f32 tables; the table's dtype for F16/BF16 tables; F32, F16 or BF16 for quantized
+   * tables (the f32 result rounded once to nearest even). */
+  shapejit_dtype output_dtype;
+  /* dtype of per_sample_weights: the table's for F32/F16/BF16; F32 for Q8; F32 or F16 for Q4/Q2. */
+  shapejit_dtype per_sample_weights_dtype;
+  /* Pruned quantized tables (NULL: not pruned): index i, 0 <= i < mapping_len, reads row
+   * compressed_indices_mapping[i]; -1 skips the position (not summed, not counted). padding_idx
+   * and max_indices refer to the index as given. */
+  const int32_t* compressed_indices_mapping;
+  int64_t mapping_len;
+  /* ATen's quantized rowwise ops: bag b is the next offsets[b+1] - offsets[b] positions (a
+   * negative length is an empty bag), offsets[0] need not be 0, and with include_last_offset
+   * positions past the last bag are ignored. 0: the f32 rules (spans, validated). */
+  int32_t offsets_as_lengths;
+} shapejit_embedding_bag_ex_args;
+
+/* The defaults that make an ex call equal to shapejit_embedding_bag(call): struct_size set,
+ * output and weight dtypes from the table's, nothing pruned, offsets as spans. */
+SHAPEJIT_API void shapejit_embedding_bag_ex_init(shapejit_embedding_bag_ex_args* args,
+                                                 const shapejit_embedding_bag_args* call);
+SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex_output_shapes(const shapejit_embedding_bag_ex_args*,
+                                                                     shapejit_embedding_bag_shapes*);
+/* As shapejit_embedding_bag; output is of output_dtype. */
+SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex(const shapejit_embedding_bag_ex_args*, void* output,
+                                                       void* offset2bag, void* bag_size, void* max_indices);
+
+/* ---- Rowwise quantization: torch's embedding_bag_{byte,4bit,2bit}_prepack and _unpack ------
+ * Byte-identical to torch 1.13 (docs/quantized-tables-semantics.md). qtype is Q8, Q4 or Q2. */
+/* Bytes of one packed row of `dim` values, or -1 when qtype is not quantized or dim < 0. */
+SHAPEJIT_API int64_t shapejit_rowwise_row_bytes(shapejit_dtype qtype, int64_t dim);
+typedef struct {
+  shapejit_dtype qtype;       /* Q8, Q4 or Q2 */
+  const void* src;            /* [rows, dim], rows src_row_stride elements apart */
+  shapejit_dtype src_dtype;   /* F32 or F16 (F16 is widened exactly first) */
+  int64_t rows, dim, src_row_stride;
+  int32_t optimized_qparams;  /* Q4/Q2: torch's choose_qparams_optimized search per row */
+  int64_t nbins;              /* search bins (torch's default 200) */
+  float ratio;                /* search ratio (torch's default 0.16) */
+} shapejit_rowwise_prepack_args;
+/* Writes rows x shapejit_rowwise_row_bytes(qtype, dim) bytes to dst. */
+SHAPEJIT_API shapejit_status shapejit_rowwise_prepack(const shapejit_rowwise_prepack_args* args, void* dst);
+/* Dequantizes packed rows (row_bytes apart, >= the packed row size) to dst [rows, dim] f32. */
+SHAPEJIT_API shapejit_status shapejit_rowwise_unpack(shapejit_dtype qtype, const void* src, int64_t rows,
+                                                     int64_t dim, int64_t row_bytes, float* dst);
+
 /* Size of the engine's task arena (1 = run on the calling thread). n <= 0 restores the default
  * (SHAPEJIT_NUM_THREADS, else the hardware concurrency). */
 SHAPEJIT_API shapejit_status shapejit_set_num_threads(int32_t n);

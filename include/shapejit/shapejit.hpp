@@ -25,6 +25,7 @@ enum class Status : int {
 enum class DType : int {
   kF32 = SHAPEJIT_F32, kF16 = SHAPEJIT_F16, kBF16 = SHAPEJIT_BF16,
   kI32 = SHAPEJIT_I32, kI64 = SHAPEJIT_I64,
+  kQ8 = SHAPEJIT_Q8, kQ4 = SHAPEJIT_Q4, kQ2 = SHAPEJIT_Q2,  ///< rowwise-quantized table rows
 };
 
 enum class Mode : int { kSum = SHAPEJIT_SUM, kMean = SHAPEJIT_MEAN, kMax = SHAPEJIT_MAX };
@@ -52,11 +53,12 @@ struct IndexView {
   IndexView(const std::vector<int32_t>& v) : IndexView(std::span<const int32_t>(v)) {}
 };
 
-/// A 2-D table [rows, dim] with rows `row_stride` elements apart.
+/// A 2-D table [rows, dim] with rows `row_stride` elements apart. Quantized tables (kQ8/kQ4/kQ2):
+/// dim is D and row_stride counts bytes (0 means the packed row size, rowwise_row_bytes).
 struct TableView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
-  int64_t rows = 0, dim = 0, row_stride = 0;  // row_stride 0 means dim
+  int64_t rows = 0, dim = 0, row_stride = 0;  // row_stride 0 means dense rows
 };
 
 /// Everything one embedding_bag call reads (ATen's `_embedding_bag` arguments).
@@ -69,9 +71,16 @@ struct EmbeddingBagCall {
   std::optional<int64_t> padding_idx;
   bool include_last_offset = false;
   bool aten_partial_final_offset = false;  ///< opt-in ATen 1.13 quirk, see the semantics document
+  // ---- Options of some table dtypes (shapejit_embedding_bag_ex_args) ----
+  std::optional<DType> output_dtype;              ///< default: the table's (kF32 for quantized)
+  std::optional<DType> per_sample_weights_dtype;  ///< default: the table's (kF32 for quantized)
+  std::span<const int32_t> compressed_indices_mapping;  ///< pruned quantized tables; empty: none
+  bool offsets_as_lengths = false;  ///< ATen's quantized rowwise ops' offsets (see shapejit.h)
 
-  /// The C ABI form of this call.
+  /// The C ABI form of this call (the ex fields ignored).
   shapejit_embedding_bag_args to_c() const;
+  /// The extended C ABI form of this call.
+  shapejit_embedding_bag_ex_args to_c_ex() const;
 };
 
 /// Output shapes (ATen's forward-only path); `index_dtype` types the three integer outputs.
@@ -89,7 +98,8 @@ struct EmbeddingBagOutputs {
   void* max_indices = nullptr;
 };
 
-/// Owned results of the allocating overload; integer outputs widened to int64 for convenience.
+/// Owned results of the allocating overload; integer outputs widened to int64 for convenience,
+/// the output widened exactly to f32 whatever its dtype.
 struct EmbeddingBagResult {
   EmbeddingBagShapes shapes;
   std::vector<float> output;
@@ -101,13 +111,31 @@ EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCall& call);
 /// Runs the call into caller buffers sized by embedding_bag_output_shapes(). Buffers must be aligned
 /// to their element size, and no output may overlap an input or another output (see shapejit.h).
 void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out);
-/// Runs the call into freshly allocated buffers (f32 tables only).
+/// Runs the call into freshly allocated buffers (validated once).
 EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
 /// The 2-D form: indices [bags, bag_len] with no offsets (bag b holds row b of indices).
 EmbeddingBagResult embedding_bag_2d(const TableView& weight, IndexView indices, int64_t bags,
                                     int64_t bag_len, Mode mode,
                                     const void* per_sample_weights = nullptr,
                                     std::optional<int64_t> padding_idx = std::nullopt);
+
+// ---- Rowwise quantization (torch's embedding_bag_{byte,4bit,2bit}_prepack / _unpack) ----------
+
+/// Options of rowwise_prepack (torch's defaults).
+struct RowwisePrepackOptions {
+  bool optimized_qparams = false;  ///< Q4/Q2 only: torch's choose_qparams_optimized per row
+  int64_t nbins = 200;
+  float ratio = 0.16f;
+};
+/// Bytes of one packed row of `dim` values (throws Error for a non-quantized dtype).
+int64_t rowwise_row_bytes(DType qtype, int64_t dim);
+/// Packs a [rows, dim] f32 or f16 table (rows src_row_stride elements apart, 0 means dim) into
+/// rows x rowwise_row_bytes(qtype, dim) bytes, byte-identical to torch 1.13.
+std::vector<uint8_t> rowwise_prepack(DType qtype, const void* src, DType src_dtype, int64_t rows, int64_t dim,
+                                     int64_t src_row_stride = 0, const RowwisePrepackOptions& options = {});
+/// Dequantizes packed rows (row_bytes apart, 0 means dense) to [rows, dim] f32.
+std::vector<float> rowwise_unpack(DType qtype, const void* packed, int64_t rows, int64_t dim,
+                                  int64_t row_bytes = 0);
 
 /// Engine threads (size of the task arena); n <= 0 restores the default.
 void set_num_threads(int n);
