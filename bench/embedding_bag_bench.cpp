@@ -40,9 +40,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +49,7 @@
 #include <vector>
 
 #include "aten_runner.hpp"
+#include "embag_timing.hpp"
 #include "gather_limit.hpp"
 #include "jit/host_features.hpp"
 #include "ref/embedding_bag.hpp"
@@ -319,41 +318,15 @@ void run_case(benchmark::State& state, const Case& c) {
     const auto runner = make_runner(c, w);
     check_output_once(c, w, *runner);
     runner->prepare();
-    // Untimed warm-up of at least 1 ms: caches (warm cases) and the thread pools of t2 (OpenMP
-    // and TBB workers asleep since another benchmark ran), so that Google Benchmark's iteration
-    // estimate is not made from one slow first call.
-    const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-    for (int calls = 0; calls < 2 || std::chrono::steady_clock::now() < warm_until; ++calls)
-      runner->run(w.next_set());
-    // Each call is timed on its own as well: the fastest call is the figure least disturbed by
-    // the other processes of a shared 2-core machine (a repetition's mean always includes some).
-    double fastest = std::numeric_limits<double>::infinity();
-    for (auto _ : state) {
-      const auto start = std::chrono::steady_clock::now();
-      runner->run(w.next_set());
-      benchmark::ClobberMemory();
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      fastest = std::min(fastest, took.count());
-    }
-    // Plain per-call values; the reporter turns them into the row's time and GB/s.
-    state.counters["bytes"] = w.row_bytes_per_call();
-    state.counters["min_call_seconds"] = fastest;
+    time_calls(state, [&](int64_t set) { runner->run(set); }, [&] { return w.next_set(); },
+               {w.row_bytes_per_call(), double(w.num_indices())});
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
 }
 
-double min_of(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
-}
-
 void register_case(const Case& c) {
-  // Real time decides the iteration count, since t2 work runs on other threads too (Google
-  // Benchmark then appends "/real_time" in --benchmark_list_tests; the reporter does not).
-  benchmark::RegisterBenchmark(c.name().c_str(), [c](benchmark::State& s) { run_case(s, c); })
-      ->ComputeStatistics("min", min_of)
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
+  register_embag_benchmark(c.name(), [c](benchmark::State& s) { run_case(s, c); });
 }
 
 // Per problem: t1 limit, aten, ref, jit; then t2 limit, jit. ATen is the 1-thread peer (its

@@ -1,17 +1,22 @@
-// Figures of the embedding-bag rows (names in embedding_bag_bench.cpp): GB/s of row bytes and
-// the ratios to the limit and ATen rows of the same case, all from rows of the same run.
+// Figures of the embedding-bag rows (names in embedding_bag_bench.cpp and
+// embedding_bag_dtype_bench.cpp): GB/s of row bytes, rows/s and the ratios to the limit and ATen
+// rows of the same case, all from rows of the same run.
 //   GBps      counter `bytes` (row bytes gathered per call) / minimum time per call, in GB/s
+//   Mrows_s   counter `rows` (rows gathered per call) / minimum time per call, in millions
+//   vs_f32    on jit rows of a table dtype (names ending /<dtype>): time of the f32 jit row of the
+//             same case / this row's time, i.e. this row's rows/s over the f32 kernel's
 //   vs_limit  on jit, ref and aten rows: time of embedding_bag/limit/<case> / this row's time
 //   vs_aten   on jit and ref rows: time of embedding_bag/aten/<case> / this row's time, where
 //             the aten row at the same thread count is used when there is one, else the t1 row
 //             (ATen is benchmarked on 1 thread only)
-// where <case> = <mode>/<rows>x<dim>/<bags>x<len>/t<threads>. Both ratios equal this row's GB/s
+// where <case> = <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]. Both ratios equal this row's GB/s
 // over the peer's; they stay empty when the peer row did not run or failed.
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_rows.hpp"
@@ -23,8 +28,16 @@ constexpr const char* kPrefix = "embedding_bag/";
 
 struct EmbagName {
   std::string impl;
-  std::string problem;  // <mode>/<rows>x<dim>/<bags>x<len>/t<threads>
+  std::string problem;  // <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]
 };
+
+// The problem's segments: <mode>/<shape>/<bags>/t<n> and the dtype suffix ("" for f32).
+std::pair<std::string, std::string> split_dtype(const std::string& problem) {
+  const size_t t = problem.rfind("/t");
+  const size_t end = problem.find('/', t + 1);
+  if (end == std::string::npos) return {problem, ""};
+  return {problem.substr(0, end), problem.substr(end)};
+}
 
 std::optional<EmbagName> parse(const std::string& name) {
   const std::string prefix = kPrefix;
@@ -47,14 +60,23 @@ void finish(std::vector<BenchRow*>& rows) {
     const auto it = peer.find(problem);
     return it == peer.end() ? std::nullopt : std::optional<double>(it->second / seconds);
   };
-  // <mode>/<shape>/<bags>/t<n> -> the same case at t1.
+  // <mode>/<shape>/<bags>/t<n>[/<dtype>] -> the same case at t1.
   const auto at_t1 = [](const std::string& problem) {
-    return problem.substr(0, problem.rfind("/t") + 2) + "1";
+    const auto [f32_case, dtype] = split_dtype(problem);
+    return f32_case.substr(0, f32_case.rfind("/t") + 2) + "1" + dtype;
   };
+  std::map<std::string, double> jit;  // f32 jit rows: case -> seconds
+  for (const BenchRow* r : rows) {
+    const auto n = parse(r->name);
+    if (n && !r->error && r->seconds > 0 && n->impl == "jit") jit[n->problem] = r->seconds;
+  }
   for (BenchRow* r : rows) {
     const auto n = parse(r->name);
     if (!n || r->error || r->seconds <= 0) continue;
     r->set("GBps", r->giga_per_second("bytes"));
+    if (const auto rows_per_s = r->giga_per_second("rows")) r->set("Mrows_s", *rows_per_s * 1e3);
+    const auto [f32_case, dtype] = split_dtype(n->problem);
+    if (n->impl == "jit" && !dtype.empty()) r->set("vs_f32", ratio(jit, f32_case, r->seconds));
     if (n->impl != "limit") r->set("vs_limit", ratio(limit, n->problem, r->seconds));
     if (n->impl == "jit" || n->impl == "ref")
       r->set("vs_aten", aten.count(n->problem) ? ratio(aten, n->problem, r->seconds)
@@ -82,9 +104,10 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
   size_t width = 4;
   for (const auto& p : order) width = std::max(width, p.size());
   char line[256];
-  out << "\nembedding_bag: GB/s of row bytes at the minimum time, side by side\n";
-  std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s\n", int(width), "case", "limit",
-                "aten", "ref", "jit", "jit/limit", "jit/aten");
+  out << "\nembedding_bag: GB/s of row bytes at the minimum time, side by side (jit/f32: rows/s over "
+         "the f32 kernel's)\n";
+  std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s %8s\n", int(width), "case", "limit",
+                "aten", "ref", "jit", "jit/limit", "jit/aten", "jit/f32");
   out << line;
   for (const auto& p : order) {
     const auto& impls = by_case[p];
@@ -95,10 +118,11 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
     };
     const auto jit = impls.find("jit");
     const BenchRow* j = jit != impls.end() && !jit->second->error ? jit->second : nullptr;
-    std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s\n", int(width), p.c_str(),
+    std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s %8s\n", int(width), p.c_str(),
                   gbps("limit").c_str(), gbps("aten").c_str(), gbps("ref").c_str(),
                   gbps("jit").c_str(), j ? cell(j->column("vs_limit"), "%.3f").c_str() : "",
-                  j ? cell(j->column("vs_aten"), "%.3f").c_str() : "");
+                  j ? cell(j->column("vs_aten"), "%.3f").c_str() : "",
+                  j ? cell(j->column("vs_f32"), "%.3f").c_str() : "");
     out << line;
   }
 }

@@ -1,5 +1,6 @@
-// libFuzzer harness of the embedding-bag C ABI. The fuzzer's bytes become one call: dtypes
-// (invalid enum values included), sizes (hostile ones included), flags, offsets, indices
+// libFuzzer harness of the embedding-bag C ABI. The fuzzer's bytes become one call, plain or
+// extended (shapejit_embedding_bag_ex: f16/bf16/Q8/Q4/Q2 tables over the same bytes, output and
+// weight dtypes, a compressed_indices_mapping, offsets as lengths): dtypes (invalid enum values included), sizes (hostile ones included), flags, offsets, indices
 // (out of range, negative, near 2^31), NaN-filled tables, null pointers, the ISA, the thread
 // count and the code limit. Every input checks:
 //  - shapejit_embedding_bag_output_shapes and shapejit_embedding_bag return OK,
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -26,6 +28,7 @@
 
 #include "fuzz_support.hpp"
 #include "ref/embedding_bag.hpp"
+#include "ref/float16.hpp"
 #include "runtime/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
@@ -48,7 +51,16 @@ shapejit::fuzz::Tally tally("embedding_bag_fuzzer");
 
 // One drawn call with the memory behind it.
 struct Call {
-  shapejit_embedding_bag_args args{};
+  shapejit_embedding_bag_ex_args ex{};     // ex.call is the plain call
+  shapejit_embedding_bag_args& args = ex.call;
+  bool use_ex = false;                     // through the ex entry points
+  std::vector<int32_t> mapping;
+  Call() = default;
+  Call(const Call& o)
+      : ex(o.ex), use_ex(o.use_ex), mapping(o.mapping), table(o.table), indices(o.indices), offsets(o.offsets),
+        psw(o.psw), index_values(o.index_values), offset_values(o.offset_values), real_rows(o.real_rows),
+        isa_choice(o.isa_choice), threads(o.threads), generic_only(o.generic_only),
+        null_when_empty(o.null_when_empty), null_output(o.null_output) {}
   std::vector<float> table;                        // real_rows rows (the last one only dim wide)
   std::vector<unsigned char> indices, offsets;     // storage in the declared dtype (int64 if invalid)
   std::vector<float> psw;
@@ -150,6 +162,54 @@ std::vector<int64_t> draw_indices(Draw& d, int64_t count, int64_t num_rows, int6
   return v;
 }
 
+// The extended options. The table bytes stay the drawn floats: read as f16/bf16 elements or as
+// packed quantized rows they are arbitrary bit patterns (NaN, inf, subnormal scales and biases).
+void draw_ex_options(Draw& d, Call& c) {
+  shapejit_embedding_bag_args& a = c.args;
+  shapejit_embedding_bag_ex_init(&c.ex, &a);
+  c.use_ex = d.chance(50);
+  if (!c.use_ex) return;
+  if (d.chance(60)) {  // another table dtype over the same bytes
+    static constexpr int64_t kTables[] = {SHAPEJIT_F16, SHAPEJIT_BF16, SHAPEJIT_Q8, SHAPEJIT_Q4, SHAPEJIT_Q2};
+    const int64_t t = kTables[d.in_range(0, 4)];
+    shapejit::fuzz::store_enum(a.weight_dtype, t);
+    const bool ordinary = a.dim >= 0 && a.dim <= (int64_t{1} << 20);  // hostile dims stay as drawn
+    if (ordinary && t == SHAPEJIT_Q4 && d.chance(80)) a.dim += a.dim % 2;
+    if (ordinary && t == SHAPEJIT_Q2 && d.chance(80)) a.dim += (4 - a.dim % 4) % 4;
+    if (ordinary && t >= SHAPEJIT_Q8 && d.chance(80)) {  // a stride that holds the packed row (in bytes)
+      const int64_t packed = t == SHAPEJIT_Q8 ? a.dim + 8 : t == SHAPEJIT_Q4 ? (a.dim + 1) / 2 + 4 : (a.dim + 3) / 4 + 4;
+      a.row_stride = packed + (d.chance(60) ? 0 : d.in_range(1, 7));
+      // Rows the table bytes back at this stride (indices beyond them are drawn below real_rows).
+      const int64_t bytes = int64_t(c.table.size()) * 4;
+      if (packed <= bytes) c.real_rows = std::min(c.real_rows, 1 + (bytes - packed) / std::max<int64_t>(a.row_stride, 1));
+      else c.real_rows = 0;
+      for (auto& v : c.index_values) v = c.real_rows > 0 && v >= 0 ? v % c.real_rows : v;
+      int32_t index_dtype;
+      std::memcpy(&index_dtype, &a.index_dtype, 4);  // any int: not loaded as the enum
+      store_ints(c.indices, is_int_dtype(index_dtype) ? index_dtype : SHAPEJIT_I64, c.index_values);
+    }
+    const bool quantized = t >= SHAPEJIT_Q8;
+    const int64_t natural = quantized ? SHAPEJIT_F32 : t;
+    shapejit::fuzz::store_enum(c.ex.output_dtype,
+                               d.chance(70) ? natural : d.dtype(d.chance(50) ? SHAPEJIT_F16 : SHAPEJIT_BF16, 80));
+    shapejit::fuzz::store_enum(c.ex.per_sample_weights_dtype, d.chance(70) ? natural : d.dtype(SHAPEJIT_F16, 80));
+    if (quantized && d.chance(35)) {  // pruning: mostly rows of the backed table and -1
+      c.mapping.resize(size_t(std::max<int64_t>(c.real_rows, 1) + d.in_range(0, 4)));
+      for (auto& m : c.mapping)
+        m = d.chance(20) ? -1 : d.chance(95) ? int32_t(d.in_range(0, std::max<int64_t>(c.real_rows, 1) - 1))
+                                             : int32_t(d.raw32());
+      c.ex.compressed_indices_mapping = d.chance(97) ? c.mapping.data() : nullptr;
+      c.ex.mapping_len = d.chance(95) ? int64_t(c.mapping.size()) : d.size(8, 50);
+    }
+  } else {
+    int32_t natural;
+    std::memcpy(&natural, &c.ex.output_dtype, 4);
+    shapejit::fuzz::store_enum(c.ex.output_dtype, d.dtype(natural, 90));
+  }
+  c.ex.offsets_as_lengths = d.chance(20) ? 1 : 0;
+  if (d.chance(3)) c.ex.struct_size = size_t(d.in_range(0, int64_t(sizeof c.ex) + 16));
+}
+
 Call draw_call(FuzzedDataProvider& fdp) {
   Draw d(fdp);
   Call c;
@@ -185,7 +245,8 @@ Call draw_call(FuzzedDataProvider& fdp) {
   }
   const int kind = d.value_kind();
   const int64_t table_floats = c.real_rows > 0 ? (c.real_rows - 1) * a.row_stride + a.dim : 0;
-  c.table.resize(size_t(std::max<int64_t>(table_floats, 1)));
+  // 4 floats of slack: a quantized row's trailer (8 bytes) lies past the last row's D elements.
+  c.table.resize(size_t(std::max<int64_t>(table_floats, 0) + 4));
   for (auto& x : c.table) x = d.value(kind);
 
   c.offset_values = draw_offsets(d, real_offsets, real_n, a.include_last_offset != 0);
@@ -218,6 +279,7 @@ Call draw_call(FuzzedDataProvider& fdp) {
   a.offsets = null_offsets || d.chance(3) ? nullptr : c.offsets.data();
   a.per_sample_weights = c.psw.empty() || d.chance(3) ? nullptr : c.psw.data();
   if (d.chance(4)) c.null_output = static_cast<EmbagOutput>(d.in_range(0, 3));
+  draw_ex_options(d, c);
   return c;
 }
 
@@ -241,8 +303,46 @@ std::string describe(const Call& c) {
                   std::to_string(c.isa_choice) + " threads " + std::to_string(c.threads) + " generic_only " +
                   std::to_string(c.generic_only) + " null_when_empty " + std::to_string(c.null_when_empty);
   if (c.null_output) s += " NULL output " + std::string(shapejit::test::output_name(*c.null_output));
+  if (c.use_ex) {
+    int32_t out_t, psw_t;
+    std::memcpy(&out_t, &c.ex.output_dtype, 4);
+    std::memcpy(&psw_t, &c.ex.per_sample_weights_dtype, 4);
+    s += "\n  ex: struct_size " + std::to_string(c.ex.struct_size) + " output dtype " + std::to_string(out_t) +
+         " psw dtype " + std::to_string(psw_t) + " mapping " + (c.ex.compressed_indices_mapping ? "" : "NULL ") +
+         std::to_string(c.ex.mapping_len) + " " + shapejit::fuzz::list_text(std::vector<int64_t>(c.mapping.begin(), c.mapping.end())) +
+         " offsets_as_lengths " + std::to_string(c.ex.offsets_as_lengths);
+  }
   if (!c.table.empty()) s += "\n  table[0] " + shapejit::fuzz::float_text(c.table[0]);
   return s;
+}
+
+// The output dtype of a call that passed validation.
+shapejit_dtype output_dtype(const Call& c) {
+  if (!c.use_ex || c.ex.struct_size < offsetof(shapejit_embedding_bag_ex_args, per_sample_weights_dtype)) {
+    int32_t t;
+    std::memcpy(&t, &c.args.weight_dtype, 4);
+    return t >= SHAPEJIT_Q8 ? SHAPEJIT_F32 : shapejit_dtype(t);
+  }
+  int32_t t;
+  std::memcpy(&t, &c.ex.output_dtype, 4);  // valid: the call passed validation
+  return shapejit_dtype(t);
+}
+
+// The ex struct as the library reads it (fields past struct_size take the defaults).
+shapejit_embedding_bag_ex_args effective_ex(const Call& c) {
+  shapejit_embedding_bag_ex_args e{};
+  shapejit_embedding_bag_ex_init(&e, &c.args);
+  if (!c.use_ex) return e;
+  const size_t size = c.ex.struct_size;
+  auto take = [&](size_t offset, size_t bytes) {
+    if (offset + bytes <= size) std::memcpy(reinterpret_cast<char*>(&e) + offset, reinterpret_cast<const char*>(&c.ex) + offset, bytes);
+  };
+  take(offsetof(shapejit_embedding_bag_ex_args, output_dtype), sizeof e.output_dtype);
+  take(offsetof(shapejit_embedding_bag_ex_args, per_sample_weights_dtype), sizeof e.per_sample_weights_dtype);
+  take(offsetof(shapejit_embedding_bag_ex_args, compressed_indices_mapping), sizeof e.compressed_indices_mapping);
+  take(offsetof(shapejit_embedding_bag_ex_args, mapping_len), sizeof e.mapping_len);
+  take(offsetof(shapejit_embedding_bag_ex_args, offsets_as_lengths), sizeof e.offsets_as_lengths);
+  return e;
 }
 
 bool fits_budget(const shapejit_embedding_bag_shapes& s) {
@@ -257,20 +357,30 @@ bool fits_budget(const shapejit_embedding_bag_shapes& s) {
 
 // Every byte of the library's outputs equals the reference's; NaNs may differ in bits only.
 void compare_with_reference(const Call& c, GuardedOutputs& api, const shapejit_embedding_bag_shapes& shapes) {
-  GuardedOutputs want(shapes, 0x5A, c.null_when_empty);
-  shapejit::ref::embedding_bag(c.args, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+  const shapejit_dtype out_dtype = output_dtype(c);
+  GuardedOutputs want(shapes, 0x5A, c.null_when_empty, out_dtype);
+  shapejit::ref::embedding_bag(effective_ex(c), want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
                                want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
   const size_t ints = shapes.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
     const auto got = api.bytes(which), ref = want.bytes(which);
-    const size_t width = which == EmbagOutput::kOutput ? 4 : ints;
+    const size_t width = which == EmbagOutput::kOutput ? (out_dtype == SHAPEJIT_F32 ? 4 : 2) : ints;
     tally.checked += int64_t(got.size() / width);
     for (size_t e = 0; e < got.size() / width; ++e) {
       if (std::memcmp(got.data() + e * width, ref.data() + e * width, width) == 0) continue;
-      if (width == 4 && which == EmbagOutput::kOutput) {
+      if (which == EmbagOutput::kOutput) {
         float x, y;
-        std::memcpy(&x, got.data() + e * 4, 4);
-        std::memcpy(&y, ref.data() + e * 4, 4);
+        if (width == 4) {
+          std::memcpy(&x, got.data() + e * 4, 4);
+          std::memcpy(&y, ref.data() + e * 4, 4);
+        } else {
+          uint16_t hx, hy;
+          std::memcpy(&hx, got.data() + e * 2, 2);
+          std::memcpy(&hy, ref.data() + e * 2, 2);
+          const bool f16 = out_dtype == SHAPEJIT_F16;
+          x = f16 ? shapejit::ref::f16_to_f32(hx) : shapejit::ref::bf16_to_f32(hx);
+          y = f16 ? shapejit::ref::f16_to_f32(hy) : shapejit::ref::bf16_to_f32(hy);
+        }
         if (std::isnan(x) && std::isnan(y)) continue;
         fail(std::string("output[") + std::to_string(e) + "] = " + shapejit::fuzz::float_text(x) +
              " but the reference gives " + shapejit::fuzz::float_text(y));
@@ -305,7 +415,12 @@ bool claimed_table_holds_output(const Call& c, const GuardedOutputs& out) {
   const shapejit_embedding_bag_args& a = c.args;
   if (a.weight == nullptr || a.num_rows <= 0 || a.dim <= 0) return false;
   const auto begin = reinterpret_cast<uintptr_t>(a.weight);
-  const uintptr_t end = begin + uintptr_t((a.num_rows - 1) * a.row_stride + a.dim) * sizeof(float);
+  int32_t t;
+  std::memcpy(&t, &a.weight_dtype, 4);
+  const uintptr_t rows_before = uintptr_t(a.num_rows - 1) * uintptr_t(a.row_stride);
+  const uintptr_t end = t >= SHAPEJIT_Q8 ? begin + rows_before + uintptr_t(a.dim) + 8  // bytes (at most D + 8)
+                        : t == SHAPEJIT_F16 || t == SHAPEJIT_BF16 ? begin + (rows_before + uintptr_t(a.dim)) * 2
+                                                                  : begin + (rows_before + uintptr_t(a.dim)) * 4;
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
     const std::span<const std::byte> bytes = out.bytes(which);
     const auto p = reinterpret_cast<uintptr_t>(bytes.data());
@@ -318,7 +433,8 @@ void run_call(const Call& c) {
   shapejit_embedding_bag_shapes shapes;
   std::memset(&shapes, 0xA5, sizeof shapes);
   const shapejit_embedding_bag_shapes before = shapes;
-  const shapejit_status shape_status = shapejit_embedding_bag_output_shapes(&c.args, &shapes);
+  const shapejit_status shape_status = c.use_ex ? shapejit_embedding_bag_ex_output_shapes(&c.ex, &shapes)
+                                                : shapejit_embedding_bag_output_shapes(&c.args, &shapes);
   shapejit::fuzz::check_status(shape_status, "shapejit_embedding_bag_output_shapes");
   const std::string shape_error = shapejit_last_error();
   if (shape_status != SHAPEJIT_OK && std::memcmp(&shapes, &before, sizeof shapes) != 0)
@@ -328,7 +444,8 @@ void run_call(const Call& c) {
     return;
   }
 
-  GuardedOutputs out(shape_status == SHAPEJIT_OK ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty);
+  GuardedOutputs out(shape_status == SHAPEJIT_OK ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
+                     shape_status == SHAPEJIT_OK ? output_dtype(c) : SHAPEJIT_F32);
   void* ptr[4];
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) ptr[int(which)] = out.data(which);
   bool nulled_nonempty = false;
@@ -338,13 +455,16 @@ void run_call(const Call& c) {
   }
   const std::vector<float> table = c.table, psw = c.psw;
   const std::vector<unsigned char> indices = c.indices, offsets = c.offsets;
-  const shapejit_status status = shapejit_embedding_bag(&c.args, ptr[0], ptr[1], ptr[2], ptr[3]);
+  const std::vector<int32_t> mapping = c.mapping;
+  const shapejit_status status = c.use_ex ? shapejit_embedding_bag_ex(&c.ex, ptr[0], ptr[1], ptr[2], ptr[3])
+                                          : shapejit_embedding_bag(&c.args, ptr[0], ptr[1], ptr[2], ptr[3]);
   shapejit::fuzz::check_status(status, "shapejit_embedding_bag");
   if (const std::string g = out.check_guards(); !g.empty()) fail(g);
   auto same = [](const std::vector<float>& x, const std::vector<float>& y) {  // bitwise: NaN != NaN
     return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
   };
-  if (!same(table, c.table) || !same(psw, c.psw) || indices != c.indices || offsets != c.offsets)
+  if (!same(table, c.table) || !same(psw, c.psw) || indices != c.indices || offsets != c.offsets ||
+      mapping != c.mapping)
     fail("shapejit_embedding_bag wrote into one of its inputs");
 
   if (shape_status != SHAPEJIT_OK) {

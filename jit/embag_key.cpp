@@ -1,8 +1,13 @@
 // EmbagKey's canonical name, its inverse and its hash: the one place the name format lives.
 //
-// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w][.pad][.pf<N>]
-// The generic kernel (dim 0) is `dgen`; `.pf<N>` appears only when the prefetch distance is
-// not the default (16), so the default key reads as in design.md.
+// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>]
+// <table> is f32, f16, bf16, q8, q4 or q2. The generic kernel (dim 0) is `dgen`. Suffixes appear
+// only when they differ from the default, so every f32 key reads as before and as in design.md:
+//   .w        weighted with the table's natural weight dtype (its own for f32/f16/bf16, f32 for
+//             quantized tables); .w<psw> (e.g. .wf16) with another one;
+//   .pruned   a compressed_indices_mapping;
+//   .out<dt>  an output dtype other than the natural one (the table's, f32 for quantized);
+//   .pf<N>    a prefetch distance other than 16.
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -22,8 +27,24 @@ std::string_view table_name(DType t) {
     case DType::kF32: return "f32";
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
+    case DType::kQ8: return "q8";
+    case DType::kQ4: return "q4";
+    case DType::kQ2: return "q2";
     default: return "?";
   }
+}
+
+constexpr DType kTables[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8, DType::kQ4, DType::kQ2};
+constexpr DType kFloats[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+bool is_quantized(DType t) { return t == DType::kQ8 || t == DType::kQ4 || t == DType::kQ2; }
+// The output and weight dtype a table has unless the key says otherwise.
+DType natural_dtype(DType table) { return is_quantized(table) ? DType::kF32 : table; }
+
+std::optional<DType> parse_float_dtype(std::string_view s) {
+  for (DType t : kFloats)
+    if (table_name(t) == s) return t;
+  return std::nullopt;
 }
 
 std::string_view mode_name(Mode m) {
@@ -78,22 +99,30 @@ std::string EmbagKey::name() const {
   s += int_bits(index);
   s += ".o";
   s += int_bits(offset);
-  if (weighted) s += ".w";
+  if (weighted) {
+    s += ".w";
+    if (psw != natural_dtype(table)) s += table_name(psw);
+  }
   if (padding) s += ".pad";
+  if (pruned) s += ".pruned";
+  if (out != natural_dtype(table)) {
+    s += ".out";
+    s += table_name(out);
+  }
   if (prefetch != kDefaultPrefetch) s += ".pf" + std::to_string(prefetch);
   return s;
 }
 
 std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   const std::vector<std::string_view> p = split_dots(name);
-  if (p.size() < 7 || p.size() > 10 || p[0] != "embag") return std::nullopt;
+  if (p.size() < 7 || p.size() > 12 || p[0] != "embag") return std::nullopt;
   EmbagKey k;
   const auto isa = parse_isa(p[1]);
   if (!isa) return std::nullopt;
   k.isa = *isa;
 
   bool table_ok = false;
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+  for (DType t : kTables)
     if (table_name(t) == p[2]) k.table = t, table_ok = true;
   if (!table_ok) return std::nullopt;
 
@@ -119,8 +148,26 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
 
   // Optional suffixes, each at most once and in canonical order.
   size_t i = 7;
-  if (i < p.size() && p[i] == "w") k.weighted = true, ++i;
+  // An unweighted key's psw is f32; a weighted one's the natural dtype unless named.
+  if (i < p.size() && p[i].substr(0, 1) == "w") {
+    k.weighted = true;
+    k.psw = natural_dtype(k.table);
+    if (p[i].size() > 1) {
+      const auto psw = parse_float_dtype(p[i].substr(1));
+      if (!psw || *psw == k.psw) return std::nullopt;  // unknown, or not canonical
+      k.psw = *psw;
+    }
+    ++i;
+  }
   if (i < p.size() && p[i] == "pad") k.padding = true, ++i;
+  if (i < p.size() && p[i] == "pruned") k.pruned = true, ++i;
+  k.out = natural_dtype(k.table);
+  if (i < p.size() && p[i].substr(0, 3) == "out") {
+    const auto out = parse_float_dtype(p[i].substr(3));
+    if (!out || *out == k.out) return std::nullopt;
+    k.out = *out;
+    ++i;
+  }
   if (i < p.size() && p[i].substr(0, 2) == "pf") {
     const auto pf = parse_decimal(p[i].substr(2));
     if (!pf || *pf == kDefaultPrefetch || *pf > (1 << 20)) return std::nullopt;
@@ -132,11 +179,13 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
 }
 
 size_t EmbagKeyHash::operator()(const EmbagKey& k) const noexcept {
-  // All fields but dim fit in 32 bits together; dim gets its own 64-bit mix.
+  // All fields but dim fit in 64 bits together (dtypes 4 bits each, prefetch 32); dim gets
+  // its own 64-bit mix.
   uint64_t small = uint64_t(k.isa) | uint64_t(k.table) << 4 | uint64_t(k.mode) << 8 |
                    uint64_t(k.weighted) << 10 | uint64_t(k.padding) << 11 |
                    uint64_t(k.index) << 12 | uint64_t(k.offset) << 16 |
-                   uint64_t(uint32_t(k.prefetch)) << 20;
+                   uint64_t(k.out) << 20 | uint64_t(k.psw) << 24 | uint64_t(k.pruned) << 28 |
+                   uint64_t(uint32_t(k.prefetch)) << 32;
   uint64_t h = small * 0x9E3779B97F4A7C15ull ^ uint64_t(k.dim) * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;

@@ -7,6 +7,32 @@ namespace {
 
 constexpr int64_t kMaxStaticBlocks = 3;  // more blocks than this run in a loop
 
+bool is_float_value_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+
+// The dtype combinations quantized-tables-semantics.md defines, by table: float tables output
+// and weight in their own dtype; Q8 takes f32 weights, Q4/Q2 f32 or f16; quantized tables
+// output f32, f16 or bf16. Q4/Q2 rows hold whole bytes of codes (D even / a multiple of 4).
+// Until the a64 back end reads every dtype, its keys stay on f32 tables (kNeonF32Only).
+constexpr bool kNeonF32Only = true;
+
+std::optional<std::string> dtype_unsupported_reason(const EmbagKey& key) {
+  const DType t = key.table;
+  if (!is_float_value_dtype(t) && !is_quantized_table(t)) return "unknown table dtype";
+  if (kNeonF32Only && key.isa == Isa::kNeon && t != DType::kF32)
+    return "the a64 back end generates only f32 tables so far";
+  if (is_quantized_table(t) ? !is_float_value_dtype(key.out) : key.out != t)
+    return "output dtype not defined for this table dtype";
+  if (key.weighted) {
+    const bool ok = t == DType::kQ8 ? key.psw == DType::kF32
+                    : is_quantized_table(t) ? key.psw == DType::kF32 || key.psw == DType::kF16
+                                            : key.psw == t;
+    if (!ok) return "per_sample_weights dtype not defined for this table dtype";
+  }
+  if (t == DType::kQ4 && key.dim % 2 != 0) return "4-bit rows need an even dim";
+  if (t == DType::kQ2 && key.dim % 4 != 0) return "2-bit rows need a dim divisible by 4";
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key) {
@@ -15,7 +41,7 @@ std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key) {
   if (key.dim < 0 || key.dim > kMaxGeneratedEmbagDim)
     return "dim " + std::to_string(key.dim) + " is outside [1, " +
            std::to_string(kMaxGeneratedEmbagDim) + "]";
-  if (key.table != DType::kF32) return "only f32 tables are generated so far";
+  if (const auto why = dtype_unsupported_reason(key)) return why;
   if (key.weighted && key.mode != Mode::kSum) return "per_sample_weights require mode sum";
   if (key.prefetch < 0 || key.prefetch > (1 << 20))
     return "prefetch distance " + std::to_string(key.prefetch) + " is outside [0, 2^20]";
@@ -23,6 +49,26 @@ std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key) {
       (key.offset != DType::kI32 && key.offset != DType::kI64))
     return "index and offset types must be i32 or i64";
   return std::nullopt;
+}
+
+int64_t embag_col_bytes(DType table, int64_t cols) {
+  switch (table) {
+    case DType::kF16:
+    case DType::kBF16: return cols * 2;
+    case DType::kQ8: return cols;
+    case DType::kQ4: return (cols + 1) / 2;
+    case DType::kQ2: return (cols + 3) / 4;
+    default: return cols * 4;
+  }
+}
+
+int64_t embag_row_trailer_bytes(DType table) {
+  switch (table) {
+    case DType::kQ8: return 8;
+    case DType::kQ4:
+    case DType::kQ2: return 4;
+    default: return 0;
+  }
 }
 
 // Up to kMaxStaticBlocks equal-sized blocks (every row loop does about the same work per

@@ -22,6 +22,15 @@ struct EmbagBlock {
 /// nullopt when they all may; the ISA and CodeHolder checks stay with each emitter.
 std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key);
 
+/// Bytes of `cols` columns of a row of `table` (or of an output row of that dtype): 4 (f32), 2
+/// (f16, bf16), 1 (Q8), 1/2 (Q4) or 1/4 (Q2) per column, rounded up to whole bytes. Column
+/// blocks start at multiples of the vector width, so block offsets are exact.
+int64_t embag_col_bytes(DType table, int64_t cols);
+
+/// Bytes after a row's columns that belong to it: the rowwise-quantized scale and bias (Q8: two
+/// f32; Q4/Q2: two f16), at byte embag_col_bytes(table, D) of the row; 0 for float tables.
+int64_t embag_row_trailer_bytes(DType table);
+
 /// Splits `num_vecs` vectors into blocks of at most `vecs_per_block`: up to three blocks of
 /// near-equal size, else a full first block, a run-time loop of full blocks and a last block.
 std::vector<EmbagBlock> split_embag_blocks(int64_t num_vecs, int64_t vecs_per_block);

@@ -29,7 +29,8 @@ struct Need {
 
 // What an ISA needs: its architecture, CPU features and OS-enabled register state. AVX-512
 // kernels also carry VEX-encoded AVX2/FMA instructions (and call SLEEF's avx512f functions,
-// built with them), hence avx2 and fma in its list. GCC's __builtin_cpu_supports applies the
+// built with them), hence avx2 and fma in its list; both x86 ISAs widen and round f16 tables
+// and outputs with F16C (vcvtph2ps / vcvtps2ph; every AVX2 CPU has it). GCC's __builtin_cpu_supports applies the
 // same OS checks (libgcc's cpuinfo: AVX, AVX2 and FMA only with XCR0's SSE and YMM bits; AVX-512
 // only with OPMASK, ZMM and HI_ZMM as well). Constant data: usable before and after main.
 struct Rule {
@@ -40,10 +41,12 @@ struct Rule {
 
 constexpr Need kAvx512Cpu[] = {{&HostFeatures::avx512f, "avx512f"}, {&HostFeatures::avx512bw, "avx512bw"},
                                {&HostFeatures::avx512dq, "avx512dq"}, {&HostFeatures::avx512vl, "avx512vl"},
-                               {&HostFeatures::avx2, "avx2"},         {&HostFeatures::fma, "fma"}};
+                               {&HostFeatures::avx2, "avx2"},         {&HostFeatures::fma, "fma"},
+                               {&HostFeatures::f16c, "f16c"}};
 constexpr Need kAvx512Os[] = {{&HostFeatures::os_avx_state, "ymm"},
                               {&HostFeatures::os_avx512_state, "opmask and zmm"}};
-constexpr Need kAvx2Cpu[] = {{&HostFeatures::avx2, "avx2"}, {&HostFeatures::fma, "fma"}};
+constexpr Need kAvx2Cpu[] = {{&HostFeatures::avx2, "avx2"}, {&HostFeatures::fma, "fma"},
+                             {&HostFeatures::f16c, "f16c"}};
 constexpr Need kAvx2Os[] = {{&HostFeatures::os_avx_state, "ymm"}};
 constexpr Need kNeonCpu[] = {{&HostFeatures::asimd, "asimd"}};
 
@@ -90,6 +93,7 @@ HostFeatures read_host_features() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(1, &a, &b, &c, &d) == 0) return f;
   f.fma = (c & bit_FMA) != 0;
+  f.f16c = (c & bit_F16C) != 0;
   const bool osxsave = (c & bit_OSXSAVE) != 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d) != 0) {
     f.avx2 = (b & bit_AVX2) != 0;

@@ -13,7 +13,7 @@ namespace shapejit::jit {
 struct HostFeatures {
   bool x86 = false;  ///< x86-64 family (candidates avx512, avx2, scalar)
   bool arm = false;  ///< AArch64 family (candidates neon, scalar)
-  bool avx2 = false, fma = false;
+  bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool os_avx_state = false;     ///< OSXSAVE set and XCR0 enables the xmm and ymm state
   bool os_avx512_state = false;  ///< XCR0 also enables the opmask and zmm state
@@ -33,7 +33,7 @@ const HostFeatures& host_features();
 /// kScalar (plain C++) runs everywhere.
 std::string isa_unsupported_reason(const HostFeatures& host, Isa isa);
 
-/// What `isa` needs, for listings: "x86-64 with avx2, fma; OS-enabled ymm state".
+/// What `isa` needs, for listings: "x86-64 with avx2, fma, f16c; OS-enabled ymm state".
 std::string isa_requirement(Isa isa);
 
 /// True when this host can run code for `isa` (kScalar always).

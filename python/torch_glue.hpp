@@ -19,9 +19,9 @@ inline void check_status(shapejit_status status, const char* what) {
   TORCH_CHECK(false, message);
 }
 
-/// The shapejit dtype of a tensor, or an error naming the argument and its dtype.
-inline shapejit_dtype to_shapejit_dtype(const at::Tensor& t, const char* name) {
-  switch (t.scalar_type()) {
+/// The shapejit dtype of a tensor's dtype, or an error naming the argument and its dtype.
+inline shapejit_dtype to_shapejit_dtype(at::ScalarType type, const char* name) {
+  switch (type) {
     case at::kFloat: return SHAPEJIT_F32;
     case at::kHalf: return SHAPEJIT_F16;
     case at::kBFloat16: return SHAPEJIT_BF16;
@@ -29,8 +29,12 @@ inline shapejit_dtype to_shapejit_dtype(const at::Tensor& t, const char* name) {
     case at::kLong: return SHAPEJIT_I64;
     default: break;
   }
-  TORCH_CHECK(false, "shapejit: ", name, " has dtype ", t.scalar_type(),
+  TORCH_CHECK(false, "shapejit: ", name, " has dtype ", type,
               ", but shapejit takes float32, float16, bfloat16, int32 or int64 tensors");
+}
+
+inline shapejit_dtype to_shapejit_dtype(const at::Tensor& t, const char* name) {
+  return to_shapejit_dtype(t.scalar_type(), name);
 }
 
 /// The PyTorch dtype of a shapejit dtype.
@@ -41,8 +45,11 @@ inline at::ScalarType to_scalar_type(shapejit_dtype t) {
     case SHAPEJIT_BF16: return at::kBFloat16;
     case SHAPEJIT_I32: return at::kInt;
     case SHAPEJIT_I64: return at::kLong;
+    case SHAPEJIT_Q8:
+    case SHAPEJIT_Q4:
+    case SHAPEJIT_Q2: break;  // packed rows, held as uint8 tensors of row bytes
   }
-  TORCH_CHECK(false, "shapejit: unknown dtype ", int(t));
+  TORCH_CHECK(false, "shapejit: no tensor dtype holds shapejit dtype ", int(t));
 }
 
 /// Every tensor shapejit reads lives in host memory.

@@ -1,5 +1,10 @@
-// Scalar reference of ATen's _embedding_bag forward. Written for clarity, one rule at a time,
-// in the order of embedding-bag-semantics.md; the JIT kernels must match it bitwise.
+// Scalar reference of the embedding-bag forward. Written for clarity, one rule at a time, in the
+// order of the semantics documents; the generic and JIT kernels must match it bitwise.
+//   f32 tables:      embedding-bag-semantics.md rules 1-4.
+//   f16/bf16 tables: quantized-tables-semantics.md A1/A2 (f32 accumulator, rounded once; mean
+//                    rounds the sum and the count to the table dtype before dividing).
+//   Q8/Q4/Q2 tables: B4 (bias first, then the scaled code in double), beyond-ATen 3-6 (mean,
+//                    max, f16/bf16 outputs rounded once, padding on the index as given).
 #include "ref/embedding_bag.hpp"
 
 #include <algorithm>
@@ -8,6 +13,7 @@
 #include <vector>
 
 #include "ref/int_access.hpp"
+#include "ref/table_rows.hpp"
 
 namespace shapejit::ref {
 
@@ -39,14 +45,33 @@ shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_
   return s;
 }
 
+shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_ex_args& a) {
+  return embedding_bag_shapes(a.call);
+}
+
+shapejit_embedding_bag_ex_args embedding_bag_ex_defaults(const shapejit_embedding_bag_args& a) {
+  shapejit_embedding_bag_ex_args ex{};
+  ex.struct_size = sizeof ex;
+  ex.call = a;
+  // Copied as ints: the call is not validated yet, and an enum field holding a value outside
+  // the enum must not be loaded as the enum (runtime/c_enum.hpp).
+  int32_t table;
+  std::memcpy(&table, &a.weight_dtype, sizeof table);
+  const int32_t dtype = is_quantized_table(table) ? int32_t{SHAPEJIT_F32} : table;
+  std::memcpy(&ex.output_dtype, &dtype, sizeof dtype);
+  std::memcpy(&ex.per_sample_weights_dtype, &dtype, sizeof dtype);
+  return ex;
+}
+
 namespace {
 
 struct BagSpan {
-  int64_t begin, end;  ///< positions summed
+  int64_t begin, end;  ///< positions reduced
   int64_t count_end;   ///< positions counted (differs only for the ATen partial-final-offset quirk)
 };
 
-BagSpan bag_span(const shapejit_embedding_bag_args& a, int64_t b, int64_t bags) {
+// Bag b of a span-offsets call: [offsets[b], offsets[b + 1]), the last one up to N.
+BagSpan span_bag(const shapejit_embedding_bag_args& a, int64_t b, int64_t bags) {
   const int64_t begin = load_int(a.offsets, a.offset_dtype, b);
   const int64_t end = b + 1 < a.num_offsets ? load_int(a.offsets, a.offset_dtype, b + 1) : a.num_indices;
   // ATen 1.13 counts the last bag up to N even when offsets[B] < N (opt-in quirk).
@@ -54,99 +79,209 @@ BagSpan bag_span(const shapejit_embedding_bag_args& a, int64_t b, int64_t bags) 
   return {begin, end, count_end};
 }
 
-bool is_padding(const shapejit_embedding_bag_args& a, int64_t row) {
-  if (!a.has_padding_idx) return false;
-  const int64_t p = a.padding_idx < 0 ? a.padding_idx + a.num_rows : a.padding_idx;
-  return row == p;
+// Bag b of a lengths-offsets call (B3): the next offsets[b + 1] - offsets[b] positions after the
+// `consumed` ones (the last bag without include_last_offset: N - offsets[b]); negative is empty.
+BagSpan length_bag(const shapejit_embedding_bag_args& a, int64_t b, int64_t consumed) {
+  const int64_t start = load_int(a.offsets, a.offset_dtype, b);
+  const int64_t next = b + 1 < a.num_offsets ? load_int(a.offsets, a.offset_dtype, b + 1) : a.num_indices;
+  const int64_t length = next > start ? next - start : 0;  // validation keeps it within N
+  return {consumed, consumed + length, consumed + length};
 }
 
-const float* row_ptr(const shapejit_embedding_bag_args& a, int64_t row) {
-  // A NULL table is valid when dim == 0 (no column is read); offsetting NULL is undefined.
-  if (a.weight == nullptr) return nullptr;
-  return static_cast<const float*>(a.weight) + row * a.row_stride;
-}
+// What one call reads, decoded once: the table, the index -> row map and the padding index.
+struct Call {
+  const shapejit_embedding_bag_ex_args& ex;
+  const shapejit_embedding_bag_args& a;
+  int64_t table;             // table dtype
+  int64_t row_stride_bytes;  // row_stride counts elements of float tables, bytes of quantized ones
+  int64_t padding_index;     // the index as given that pads (-1: none)
 
-// Rules 1-3: sum (plain or weighted with fmaf) in index order from +0.0, mean divides once.
-void reduce_sum_or_mean(const shapejit_embedding_bag_args& a, const BagSpan& s, int64_t count,
-                        float* out) {
-  const float* psw = static_cast<const float*>(a.per_sample_weights);
-  for (int64_t d = 0; d < a.dim; ++d) out[d] = 0.0f;
-  for (int64_t i = s.begin; i < s.end; ++i) {
-    const int64_t row = load_int(a.indices, a.index_dtype, i);
-    if (is_padding(a, row)) continue;
-    const float* x = row_ptr(a, row);
-    if (psw) {
-      for (int64_t d = 0; d < a.dim; ++d) out[d] = std::fmaf(psw[i], x[d], out[d]);
-    } else {
-      for (int64_t d = 0; d < a.dim; ++d) out[d] = out[d] + x[d];
+  explicit Call(const shapejit_embedding_bag_ex_args& e)
+      : ex(e), a(e.call), table(a.weight_dtype),
+        // With no rows nothing is read and the stride may be anything up to INT64_MAX.
+        row_stride_bytes(a.num_rows == 0 || is_quantized_table(table) ? a.row_stride
+                                                                       : a.row_stride * float_element_bytes(table)),
+        padding_index(-1) {
+    // padding_idx names an index as given; negative values wrap by the index space, which is
+    // the mapping for a pruned table and the rows otherwise.
+    const int64_t space = e.compressed_indices_mapping ? e.mapping_len : a.num_rows;
+    if (a.has_padding_idx) padding_index = a.padding_idx < 0 ? a.padding_idx + space : a.padding_idx;
+  }
+
+  int64_t index(int64_t i) const { return load_int(a.indices, a.index_dtype, i); }
+  bool is_padding(int64_t index) const { return index == padding_index; }
+  // The table row of an index, or -1 when a pruned table skips it.
+  int64_t row_of(int64_t index) const {
+    return ex.compressed_indices_mapping ? ex.compressed_indices_mapping[index] : index;
+  }
+  // Only called when dim > 0 (a table of dim 0 may be NULL: offsetting NULL is undefined).
+  const unsigned char* row(int64_t r) const { return static_cast<const unsigned char*>(a.weight) + r * row_stride_bytes; }
+  float weight(int64_t i) const { return load_weight(a.per_sample_weights, ex.per_sample_weights_dtype, i); }
+
+  // Calls f(position, index as given, row) for every position of [begin, end) that
+  // contributes: not padding, not pruned.
+  template <class F>
+  void for_each_row(int64_t begin, int64_t end, F&& f) const {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t idx = index(i);
+      if (is_padding(idx)) continue;
+      const int64_t r = row_of(idx);
+      if (r < 0) continue;
+      f(i, idx, r);
     }
   }
-  if (a.mode == SHAPEJIT_MEAN) {
-    const float divisor = static_cast<float>(std::max<int64_t>(count, 1));
-    for (int64_t d = 0; d < a.dim; ++d) out[d] = out[d] / divisor;
+  int64_t count(int64_t begin, int64_t end) const {
+    int64_t n = 0;
+    for_each_row(begin, end, [&](int64_t, int64_t, int64_t) { ++n; });
+    return n;
   }
+};
+
+// ---- Element values -----------------------------------------------------------------------
+
+float float_value(int64_t table, const unsigned char* row, int64_t j) {
+  if (table == SHAPEJIT_F32) return float_element<SHAPEJIT_F32>(row, j);
+  if (table == SHAPEJIT_F16) return float_element<SHAPEJIT_F16>(row, j);
+  return float_element<SHAPEJIT_BF16>(row, j);
 }
 
-// Rule 4: the first row is copied, later rows win only when strictly greater.
-void reduce_max(const shapejit_embedding_bag_args& a, const BagSpan& s, float* out,
-                void* max_indices, shapejit_dtype idx_t, int64_t b, std::vector<int64_t>& winner) {
+// Scale, bias and codes of a quantized row.
+struct Dequantizer {
+  float scale, bias;
+  const unsigned char* codes;
+  int bits;
+  Dequantizer(int64_t table, const unsigned char* row, int64_t dim) : codes(row), bits(quantized_bits(table)) {
+    if (bits == 8) set(quantized_row<8>(row, dim));
+    else if (bits == 4) set(quantized_row<4>(row, dim));
+    else set(quantized_row<2>(row, dim));
+  }
+  template <int kBits>
+  void set(const QuantizedRow<kBits>& q) { scale = q.scale, bias = q.bias; }
+  uint32_t code(int64_t j) const {
+    if (bits == 8) return QuantizedRow<8>{codes, 0, 0}.code(j);
+    if (bits == 4) return QuantizedRow<4>{codes, 0, 0}.code(j);
+    return QuantizedRow<2>{codes, 0, 0}.code(j);
+  }
+};
+
+// The value max mode compares: the widened element, or the dequantized code (beyond-ATen 3).
+float element_value(const Call& c, int64_t r, int64_t j) {
+  if (!is_quantized_table(c.table)) return float_value(c.table, c.row(r), j);
+  const Dequantizer q(c.table, c.row(r), c.a.dim);
+  return dequantized_value(q.scale, q.bias, q.code(j));
+}
+
+// ---- Reductions: each fills res[0, D) with the bag's f32 result ----------------------------
+
+// f32 rules 1-3 and A1/A2 1-3: sum from +0.0 in index order (weighted: fmaf for f32, whose
+// product would round; w * x exactly then one add for f16/bf16, whose product is exact).
+void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
+  std::fill(res.begin(), res.end(), 0.0f);
+  const bool weighted = c.a.per_sample_weights != nullptr;
+  c.for_each_row(s.begin, s.end, [&](int64_t i, int64_t, int64_t r) {
+    const unsigned char* row = c.row(r);
+    const float w = weighted ? c.weight(i) : 1.0f;
+    for (int64_t d = 0; d < c.a.dim; ++d) {
+      const float x = float_value(c.table, row, d);
+      float& acc = res[size_t(d)];
+      if (!weighted) acc = acc + x;
+      else if (c.table == SHAPEJIT_F32) acc = std::fmaf(w, x, acc);
+      else acc = acc + w * x;
+    }
+  });
+}
+
+// B4: per position s = w * scale, b = w * bias; per column acc = f64(s) * q + f64(acc + b), in f32.
+void sum_quantized_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
+  std::fill(res.begin(), res.end(), 0.0f);
+  const bool weighted = c.a.per_sample_weights != nullptr;
+  c.for_each_row(s.begin, s.end, [&](int64_t i, int64_t, int64_t r) {
+    const Dequantizer q(c.table, c.row(r), c.a.dim);
+    const float w = weighted ? c.weight(i) : 1.0f;
+    const float ws = w * q.scale, wb = w * q.bias;
+    for (int64_t d = 0; d < c.a.dim; ++d) res[size_t(d)] = quantized_step(res[size_t(d)], ws, wb, q.code(d));
+  });
+}
+
+// Mean divides the sum once by max(count, 1). f16/bf16 tables first round the sum and the count
+// to the table dtype (A1 3: the count 2049 becomes 2048 in f16); the store rounds the quotient.
+void divide_by_count(const Call& c, int64_t count, std::vector<float>& res) {
+  const float n = static_cast<float>(std::max<int64_t>(count, 1));
+  const bool half_table = c.table == SHAPEJIT_F16 || c.table == SHAPEJIT_BF16;
+  const float divisor = half_table ? round_to_output(c.table, n) : n;
+  for (float& v : res) v = (half_table ? round_to_output(c.table, v) : v) / divisor;
+}
+
+// f32 rule 4 (and A1 4, beyond-ATen 3): the first contributing row is copied, a later one wins
+// a column only when strictly greater; an empty bag gives +0.0 and index 0.
+void max_bag(const Call& c, const BagSpan& s, std::vector<float>& res, std::vector<int64_t>& winner) {
+  std::fill(res.begin(), res.end(), 0.0f);
   std::fill(winner.begin(), winner.end(), 0);
-  for (int64_t d = 0; d < a.dim; ++d) out[d] = 0.0f;
   bool first = true;
-  for (int64_t i = s.begin; i < s.end; ++i) {
-    const int64_t row = load_int(a.indices, a.index_dtype, i);
-    if (is_padding(a, row)) continue;
-    const float* x = row_ptr(a, row);
-    for (int64_t d = 0; d < a.dim; ++d) {
-      if (first || x[d] > out[d]) {
-        out[d] = x[d];
-        winner[static_cast<size_t>(d)] = row;
+  c.for_each_row(s.begin, s.end, [&](int64_t, int64_t idx, int64_t r) {
+    for (int64_t d = 0; d < c.a.dim; ++d) {
+      const float x = element_value(c, r, d);
+      if (first || x > res[size_t(d)]) {
+        res[size_t(d)] = x;
+        winner[size_t(d)] = idx;  // the index as given (before any pruning map)
       }
     }
     first = false;
-  }
-  if (max_indices)
-    for (int64_t d = 0; d < a.dim; ++d) store_int(max_indices, idx_t, b * a.dim + d, winner[size_t(d)]);
+  });
 }
 
 }  // namespace
 
-void embedding_bag(const shapejit_embedding_bag_args& a, void* output, void* offset2bag,
-                   void* bag_size, void* max_indices) {
+void embedding_bag(const shapejit_embedding_bag_args& a, void* output, void* offset2bag, void* bag_size,
+                   void* max_indices) {
+  embedding_bag(embedding_bag_ex_defaults(a), output, offset2bag, bag_size, max_indices);
+}
+
+void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void* offset2bag, void* bag_size,
+                   void* max_indices) {
+  const shapejit_embedding_bag_args& a = ex.call;
+  const Call c(ex);
   const shapejit_embedding_bag_shapes shapes = embedding_bag_shapes(a);
   const shapejit_dtype idx_t = shapes.index_out_dtype;
   const int64_t bags = shapes.output_rows;
-  float* out = static_cast<float*>(output);
+  const int64_t out_dtype = ex.output_dtype;
   // Allocated before the first write, so running out of memory leaves every output untouched;
   // only when some bag needs it (then dim is bounded by the caller's output of bags x dim).
-  std::vector<int64_t> winner(a.mode == SHAPEJIT_MAX && bags > 0 ? static_cast<size_t>(a.dim) : 0);
+  const size_t row_len = bags > 0 ? static_cast<size_t>(a.dim) : 0;
+  std::vector<float> res(row_len);
+  std::vector<int64_t> winner(a.mode == SHAPEJIT_MAX ? row_len : 0);
 
   if (a.mode == SHAPEJIT_SUM) {  // bag_size and max_indices are zeros in sum mode
     for (int64_t k = 0; k < shapes.bag_size_len; ++k) store_int(bag_size, idx_t, k, 0);
     for (int64_t k = 0; k < shapes.max_indices_rows; ++k) store_int(max_indices, idx_t, k, 0);
   }
-  int64_t covered_end = 0;
+  int64_t covered_end = 0;  // positions before it belong to a bag
   for (int64_t b = 0; b < bags; ++b) {
-    const BagSpan s = bag_span(a, b, bags);
-    int64_t count = 0;
-    for (int64_t i = s.begin; i < s.count_end; ++i)
-      count += is_padding(a, load_int(a.indices, a.index_dtype, i)) ? 0 : 1;
+    const BagSpan s = ex.offsets_as_lengths ? length_bag(a, b, covered_end) : span_bag(a, b, bags);
+    const int64_t count = c.count(s.begin, s.count_end);
     if (shapes.offset2bag_len > 0)
       for (int64_t i = s.begin; i < s.end; ++i) store_int(offset2bag, idx_t, i, b);
     covered_end = std::max(covered_end, s.end);
 
-    float* out_row = out + b * a.dim;
-    if (a.mode == SHAPEJIT_MAX)
-      reduce_max(a, s, out_row, max_indices, idx_t, b, winner);
-    else
-      reduce_sum_or_mean(a, s, count, out_row);
+    if (a.dim == 0) {
+      // No column: nothing is read (not even a quantized row's scale), only counted.
+    } else if (a.mode == SHAPEJIT_MAX) {
+      max_bag(c, s, res, winner);
+      if (max_indices)
+        for (int64_t d = 0; d < a.dim; ++d) store_int(max_indices, idx_t, b * a.dim + d, winner[size_t(d)]);
+    } else {
+      if (is_quantized_table(c.table)) sum_quantized_table(c, s, res);
+      else sum_float_table(c, s, res);
+      if (a.mode == SHAPEJIT_MEAN) divide_by_count(c, count, res);
+    }
+    for (int64_t d = 0; d < a.dim; ++d) store_float_output(output, out_dtype, b * a.dim + d, res[size_t(d)]);
     if (a.mode != SHAPEJIT_SUM) store_int(bag_size, idx_t, b, count);
     if (a.mode == SHAPEJIT_MEAN) store_int(max_indices, idx_t, b, count);
   }
-  // Positions past offsets[B] (the opt-in partial final offset) belong to "bag" B, as ATen 1.13
-  // reports them: #{k : offsets[k] <= i} - 1 == len(offsets) - 1.
+  // Positions no bag takes (after a partial final offset, or after the last length) are
+  // reported as "bag" B, as ATen 1.13 reports the former: #{k : offsets[k] <= i} - 1 == B.
   if (shapes.offset2bag_len > 0)
-    for (int64_t i = covered_end; i < a.num_indices; ++i) store_int(offset2bag, idx_t, i, a.num_offsets - 1);
+    for (int64_t i = covered_end; i < a.num_indices; ++i) store_int(offset2bag, idx_t, i, bags);
 }
 
 }  // namespace shapejit::ref

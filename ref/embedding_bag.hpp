@@ -1,5 +1,7 @@
-// Scalar reference of ATen's CPU _embedding_bag forward: the executable form of
-// embedding-bag-semantics.md. No SIMD, no threads; every kernel is checked against it.
+// Scalar reference of the embedding-bag forward for every table dtype: the executable form of
+// embedding-bag-semantics.md (f32) and quantized-tables-semantics.md (f16, bf16, rowwise 8/4/2-bit).
+// No SIMD, no threads; every kernel is checked against it. It derives shapes and bags on its own
+// (not from the runtime's plan), so a wrong rule there fails a test that needs no libtorch.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +18,22 @@ shapejit_dtype embedding_bag_index_out_dtype(const shapejit_embedding_bag_args& 
 
 /// Output shapes exactly as ATen's forward-only path returns them (the one place these rules live).
 shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_args& args);
+/// The same for an extended call (the shapes do not depend on the extended options).
+shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_ex_args& args);
+
+/// The extended form of a plain call: what shapejit_embedding_bag_ex_init gives (output and
+/// weight dtypes from the table's, f32 for quantized tables; nothing pruned; offsets as spans).
+shapejit_embedding_bag_ex_args embedding_bag_ex_defaults(const shapejit_embedding_bag_args& args);
 
 /// Computes all four outputs of a call that runtime/validate accepted. Outputs are dense
-/// buffers of the shapes above; a zero-length output may be null.
+/// buffers of the shapes above (output of the table's dtype); a zero-length output may be null.
 void embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
+                   void* bag_size, void* max_indices);
+
+/// The same for an extended call (output of args.output_dtype). Its struct_size is ignored: every
+/// field is read. With offsets_as_lengths, positions after the last bag (which no bag takes)
+/// get offset2bag = B, as the positions after a partial final offset do.
+void embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                    void* bag_size, void* max_indices);
 
 }  // namespace shapejit::ref

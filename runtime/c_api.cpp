@@ -1,4 +1,6 @@
-// The embedding-bag C ABI: argument null checks, then the same path as the C++ API.
+// The embedding-bag C ABI: argument null checks, then the same path as the C++ API. Every
+// entry validates its call once (into a plan) and runs that plan.
+#include "ref/embedding_bag.hpp"
 #include "runtime/embedding_bag.hpp"
 #include "runtime/last_error.hpp"
 #include "runtime/validate.hpp"
@@ -19,7 +21,7 @@ shapejit_status shapejit_embedding_bag_output_shapes(const shapejit_embedding_ba
   return shapejit::rt::guarded([&] {
     require_args(args, "args");
     require_args(shapes, "shapes");
-    *shapes = shapejit::rt::validate_embedding_bag(*args);
+    *shapes = shapejit::rt::plan_embedding_bag(*args).shapes;
   });
 }
 
@@ -28,6 +30,30 @@ shapejit_status shapejit_embedding_bag(const shapejit_embedding_bag_args* args, 
   return shapejit::rt::guarded([&] {
     require_args(args, "args");
     shapejit::rt::run_embedding_bag(*args, output, offset2bag, bag_size, max_indices);
+  });
+}
+
+void shapejit_embedding_bag_ex_init(shapejit_embedding_bag_ex_args* args, const shapejit_embedding_bag_args* call) {
+  if (!args) return;
+  const shapejit_embedding_bag_args none{};
+  *args = shapejit::ref::embedding_bag_ex_defaults(call ? *call : none);
+}
+
+shapejit_status shapejit_embedding_bag_ex_output_shapes(const shapejit_embedding_bag_ex_args* args,
+                                                        shapejit_embedding_bag_shapes* shapes) {
+  return shapejit::rt::guarded([&] {
+    require_args(args, "args");
+    require_args(shapes, "shapes");
+    *shapes = shapejit::rt::plan_embedding_bag(shapejit::rt::complete_ex_args(*args)).shapes;
+  });
+}
+
+shapejit_status shapejit_embedding_bag_ex(const shapejit_embedding_bag_ex_args* args, void* output,
+                                          void* offset2bag, void* bag_size, void* max_indices) {
+  return shapejit::rt::guarded([&] {
+    require_args(args, "args");
+    shapejit::rt::run_embedding_bag(shapejit::rt::complete_ex_args(*args), output, offset2bag, bag_size,
+                                    max_indices);
   });
 }
 

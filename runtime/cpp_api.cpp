@@ -1,9 +1,12 @@
-// The embedding-bag C++ API: converts views to the C argument struct and shares its path.
+// The embedding-bag C++ API: converts views to the C argument structs and shares their path;
+// every entry validates its call once (into a plan) and runs that plan.
 #include <cstring>
 #include <new>
 #include <numeric>
 #include <string>
 
+#include "ref/embedding_bag.hpp"
+#include "ref/table_rows.hpp"
 #include "runtime/c_enum.hpp"
 #include "runtime/embedding_bag.hpp"
 #include "runtime/validate.hpp"
@@ -11,11 +14,6 @@
 
 namespace shapejit {
 namespace {
-
-EmbeddingBagShapes from_c(const shapejit_embedding_bag_shapes& s) {
-  return {s.output_rows, s.output_cols, static_cast<DType>(s.index_out_dtype), s.offset2bag_len,
-          s.bag_size_len, s.max_indices_rows, s.max_indices_cols};
-}
 
 // Widens an int32 or int64 buffer of n elements to int64.
 std::vector<int64_t> widen(const std::vector<unsigned char>& raw, DType dtype, int64_t n) {
@@ -32,6 +30,21 @@ std::vector<int64_t> widen(const std::vector<unsigned char>& raw, DType dtype, i
   return v;
 }
 
+// Widens n output values of dtype f32, f16 or bf16 exactly to f32.
+std::vector<float> widen_output(const std::vector<unsigned char>& raw, DType dtype, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  if (dtype == DType::kF32) {
+    if (n > 0) std::memcpy(v.data(), raw.data(), size_t(n) * 4);
+    return v;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, raw.data() + i * 2, 2);
+    v[size_t(i)] = dtype == DType::kF16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h);
+  }
+  return v;
+}
+
 }  // namespace
 
 // Enum fields are stored as the caller's int (any DType or Mode value is a valid int): the
@@ -42,7 +55,11 @@ shapejit_embedding_bag_args EmbeddingBagCall::to_c() const {
   rt::set_c_enum(a.weight_dtype, weight.dtype);
   a.num_rows = weight.rows;
   a.dim = weight.dim;
-  a.row_stride = weight.row_stride == 0 ? weight.dim : weight.row_stride;
+  // 0 means dense rows: dim elements, or the packed row's bytes for a quantized table.
+  const int64_t dense = ref::is_quantized_table(static_cast<int64_t>(weight.dtype))
+                            ? ref::table_row_bytes(static_cast<int64_t>(weight.dtype), weight.dim)
+                            : weight.dim;
+  a.row_stride = weight.row_stride == 0 ? dense : weight.row_stride;
   a.indices = indices.data;
   rt::set_c_enum(a.index_dtype, indices.dtype);
   a.num_indices = indices.size;
@@ -58,32 +75,46 @@ shapejit_embedding_bag_args EmbeddingBagCall::to_c() const {
   return a;
 }
 
+shapejit_embedding_bag_ex_args EmbeddingBagCall::to_c_ex() const {
+  shapejit_embedding_bag_ex_args e = ref::embedding_bag_ex_defaults(to_c());
+  if (output_dtype) rt::set_c_enum(e.output_dtype, *output_dtype);
+  if (per_sample_weights_dtype) rt::set_c_enum(e.per_sample_weights_dtype, *per_sample_weights_dtype);
+  if (!compressed_indices_mapping.empty()) {
+    e.compressed_indices_mapping = compressed_indices_mapping.data();
+    e.mapping_len = static_cast<int64_t>(compressed_indices_mapping.size());
+  }
+  e.offsets_as_lengths = offsets_as_lengths;
+  return e;
+}
+
 EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCall& call) {
-  return from_c(rt::validate_embedding_bag(call.to_c()));
+  return rt::to_cpp_shapes(rt::plan_embedding_bag(call.to_c_ex()).shapes);
 }
 
 void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out) {
-  rt::run_embedding_bag(call.to_c(), out.output, out.offset2bag, out.bag_size, out.max_indices);
+  rt::run_embedding_bag(call.to_c_ex(), out.output, out.offset2bag, out.bag_size, out.max_indices);
 }
 
 EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call) {
-  const shapejit_embedding_bag_args args = call.to_c();
-  const EmbeddingBagShapes s = from_c(rt::validate_embedding_bag(args));
+  const rt::EmbagCallPlan plan = rt::plan_embedding_bag(call.to_c_ex());  // the one validation
+  const EmbeddingBagShapes s = rt::to_cpp_shapes(plan.shapes);
   const int64_t int_bytes = s.index_dtype == DType::kI32 ? 4 : 8;
+  const int64_t out_bytes = plan.out == DType::kF32 ? 4 : 2;
   EmbeddingBagResult r;
   r.shapes = s;
-  std::vector<unsigned char> o2b, bag, maxi;
+  std::vector<unsigned char> out, o2b, bag, maxi;
   try {  // validation bounds the byte counts by int64, not by what can be allocated
-    r.output.resize(size_t(s.output_rows * s.output_cols));
+    out.resize(size_t(s.output_rows * s.output_cols * out_bytes));
     o2b.resize(size_t(s.offset2bag_len * int_bytes));
     bag.resize(size_t(s.bag_size_len * int_bytes));
     maxi.resize(size_t(s.max_indices_rows * s.max_indices_cols * int_bytes));
   } catch (const std::bad_alloc&) {
     throw Error(Status::kOutOfMemory, "embedding_bag: cannot allocate the outputs (output " +
                                           std::to_string(s.output_rows) + " x " + std::to_string(s.output_cols) +
-                                          " floats, " + std::to_string(s.offset2bag_len) + " offset2bag entries)");
+                                          " values, " + std::to_string(s.offset2bag_len) + " offset2bag entries)");
   }
-  rt::run_embedding_bag(args, r.output.data(), o2b.data(), bag.data(), maxi.data());
+  rt::run_embedding_bag(plan, out.data(), o2b.data(), bag.data(), maxi.data());
+  r.output = widen_output(out, plan.out, s.output_rows * s.output_cols);
   r.offset2bag = widen(o2b, s.index_dtype, s.offset2bag_len);
   r.bag_size = widen(bag, s.index_dtype, s.bag_size_len);
   r.max_indices = widen(maxi, s.index_dtype, s.max_indices_rows * s.max_indices_cols);

@@ -1,12 +1,15 @@
-// From a validated call to what a kernel is specialised on and what it receives: the one
+// From a planned call to what a kernel is specialised on and what it receives: the one
 // translation the API path, the differential tests and the fuzzers share.
 #include "runtime/embag_kernel_call.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "ref/embedding_bag.hpp"
+#include "jit/embag_plan.hpp"
+#include "ref/int_access.hpp"
+#include "runtime/validate.hpp"
 
 namespace shapejit::rt {
 namespace {
@@ -33,53 +36,77 @@ bool has_embag_generator(jit::Isa isa) {
   return isa == jit::Isa::kAvx512 || isa == jit::Isa::kAvx2 || isa == jit::Isa::kNeon;
 }
 
+size_t index_out_bytes(const EmbagCallPlan& p) { return p.index_out == DType::kI32 ? 4 : 8; }
+
 }  // namespace
 
-jit::EmbagKey make_embag_key(const shapejit_embedding_bag_args& a, jit::Isa isa) {
+jit::EmbagKey make_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   jit::EmbagKey key;
-  // Rows wider than any generator takes (valid calls, e.g. with no bags) run the generic kernel.
-  key.isa = has_embag_generator(isa) && a.dim <= jit::kMaxGeneratedEmbagDim ? isa : jit::Isa::kScalar;
-  key.table = static_cast<DType>(a.weight_dtype);
-  key.dim = a.dim;
-  key.mode = static_cast<Mode>(a.mode);
-  key.weighted = a.per_sample_weights != nullptr;
-  key.padding = a.has_padding_idx != 0;
-  key.index = static_cast<DType>(a.index_dtype);
-  key.offset = static_cast<DType>(a.offset_dtype);
+  key.isa = isa;
+  key.table = p.table;
+  key.dim = p.dim;
+  key.mode = p.mode;
+  key.weighted = p.weighted;
+  key.padding = p.padding;
+  key.out = p.out;
+  key.psw = p.weighted ? p.psw : DType::kF32;  // canonical when there are no weights
+  key.pruned = p.pruned;
+  key.index = p.index;
+  key.offset = p.offset;
   key.prefetch = prefetch_distance();
+  // Rows wider than any generator takes (valid calls, e.g. with no bags), dim 0, and keys the
+  // generators refuse run the generic kernel.
+  if (!has_embag_generator(isa) || jit::embag_key_unsupported_reason(key)) key.isa = jit::Isa::kScalar;
   return key;
 }
 
-jit::EmbagKernelArgs make_embag_kernel_args(const shapejit_embedding_bag_args& a, void* output, void* offset2bag,
-                                      void* bag_size, void* max_indices) {
+jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output, void* offset2bag, void* bag_size,
+                                            void* max_indices) {
+  const shapejit_embedding_bag_args& a = p.args.call;
   jit::EmbagKernelArgs k{};
   k.weight = a.weight;
-  // Validation bounds num_rows * row_stride * 4 only; with no rows nothing is read and the
-  // stride may be anything up to INT64_MAX.
-  k.row_stride_bytes = a.num_rows > 0 ? a.row_stride * int64_t(sizeof(float)) : 0;
-  k.dim = a.dim;
+  k.row_stride_bytes = p.row_stride_bytes;
+  k.dim = p.dim;
   k.indices = a.indices;
-  k.offsets = a.offsets;
-  k.num_offsets = a.num_offsets;
-  k.num_indices = a.num_indices;
-  k.per_sample_weights = static_cast<const float*>(a.per_sample_weights);
-  k.padding_idx = a.has_padding_idx ? (a.padding_idx < 0 ? a.padding_idx + a.num_rows : a.padding_idx) : -1;
-  k.output = static_cast<float*>(output);
+  k.offsets = p.offsets.data;
+  k.num_offsets = p.offsets.size;
+  k.num_indices = p.num_indices;
+  k.per_sample_weights = p.weighted ? a.per_sample_weights : nullptr;
+  k.padding_idx = p.padding_index;
+  k.bag_begin = 0;
+  k.bag_end = p.num_bags;
+  k.output = output;
+  k.mapping = p.pruned ? p.mapping : nullptr;
   k.offset2bag = offset2bag;
   k.bag_size = bag_size;
   k.max_indices = max_indices;
-  k.bag_begin = 0;
-  k.bag_end = ref::embedding_bag_num_bags(a);
   return k;
 }
 
+void zero_sum_mode_counts(const EmbagCallPlan& p, void* bag_size, void* max_indices) {
+  if (p.mode != Mode::kSum) return;
+  if (bag_size) std::memset(bag_size, 0, size_t(p.shapes.bag_size_len) * index_out_bytes(p));
+  if (max_indices) std::memset(max_indices, 0, size_t(p.shapes.max_indices_rows) * index_out_bytes(p));
+}
 
-void zero_sum_mode_counts(const shapejit_embedding_bag_args& a, void* bag_size, void* max_indices) {
-  if (a.mode != SHAPEJIT_SUM) return;
-  const shapejit_embedding_bag_shapes shapes = ref::embedding_bag_shapes(a);
-  const size_t bytes = shapes.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
-  if (bag_size) std::memset(bag_size, 0, size_t(shapes.bag_size_len) * bytes);
-  if (max_indices) std::memset(max_indices, 0, size_t(shapes.max_indices_rows) * bytes);
+void fill_unbagged_positions(const EmbagCallPlan& p, void* offset2bag) {
+  if (p.shapes.offset2bag_len == 0) return;
+  const shapejit_dtype t = static_cast<shapejit_dtype>(p.index_out);
+  for (int64_t i = p.covered_end; i < p.num_indices; ++i) ref::store_int(offset2bag, t, i, p.num_bags);
+}
+
+jit::EmbagKey make_embag_key(const shapejit_embedding_bag_args& args, jit::Isa isa) {
+  return make_embag_key(plan_embedding_bag(args), isa);
+}
+
+jit::EmbagKernelArgs make_embag_kernel_args(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
+                                            void* bag_size, void* max_indices) {
+  // A plain call's spans are the caller's offsets, so the arguments outlive the plan.
+  return make_embag_kernel_args(plan_embedding_bag(args), output, offset2bag, bag_size, max_indices);
+}
+
+void zero_sum_mode_counts(const shapejit_embedding_bag_args& args, void* bag_size, void* max_indices) {
+  zero_sum_mode_counts(plan_embedding_bag(args), bag_size, max_indices);
 }
 
 }  // namespace shapejit::rt

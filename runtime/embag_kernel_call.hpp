@@ -1,21 +1,36 @@
-// From a validated embedding-bag call to its kernel key and kernel arguments (one place, used by
-// the API path and by the tests that drive kernels directly).
+// From a call's plan to its kernel key and kernel arguments (one place, used by the API path and
+// by the tests and fuzzers that drive kernels directly).
 #pragma once
 
 #include "jit/embag_kernel.hpp"
+#include "runtime/embag_call_plan.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::rt {
 
-/// The key the API runs a validated call with on `isa`: the generic kernel's scalar key where no
-/// generator applies (ISA without one, or rows wider than jit::kMaxGeneratedEmbagDim).
-jit::EmbagKey make_embag_key(const shapejit_embedding_bag_args& args, jit::Isa isa);
+/// The key the API runs a planned call with on `isa`. Where no generator applies (an ISA
+/// without one, rows wider than jit::kMaxGeneratedEmbagDim, or a key
+/// jit::embag_key_unsupported_reason refuses, e.g. a table dtype not generated yet) it is the
+/// generic kernel's key: isa kScalar, the call's dim. So a dtype switches to JIT code as soon
+/// as the generators accept its keys.
+jit::EmbagKey make_embag_key(const EmbagCallPlan& plan, jit::Isa isa);
 
-/// Kernel arguments for every bag [0, B) of a validated call, writing into the given outputs.
-jit::EmbagKernelArgs make_embag_kernel_args(const shapejit_embedding_bag_args& args, void* output,
-                                            void* offset2bag, void* bag_size, void* max_indices);
+/// Kernel arguments for every bag [0, B) of a planned call, writing into the given outputs
+/// (offsets are the plan's spans; mapping is set for pruned tables).
+jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& plan, void* output, void* offset2bag,
+                                            void* bag_size, void* max_indices);
 
 /// Sum mode reports zeros in bag_size and max_indices, which kernels never write: fills them.
+void zero_sum_mode_counts(const EmbagCallPlan& plan, void* bag_size, void* max_indices);
+
+/// Positions no bag takes (lengths that stop before N) are reported in offset2bag as bag B;
+/// kernels write only their bags' positions. Call after the kernels.
+void fill_unbagged_positions(const EmbagCallPlan& plan, void* offset2bag);
+
+// Plain f32-style calls (tests written before the plan): validate the call into a plan first.
+jit::EmbagKey make_embag_key(const shapejit_embedding_bag_args& args, jit::Isa isa);
+jit::EmbagKernelArgs make_embag_kernel_args(const shapejit_embedding_bag_args& args, void* output,
+                                            void* offset2bag, void* bag_size, void* max_indices);
 void zero_sum_mode_counts(const shapejit_embedding_bag_args& args, void* bag_size, void* max_indices);
 
 }  // namespace shapejit::rt

@@ -1,27 +1,41 @@
-// Validation of embedding-bag calls: every rule of embedding-bag-semantics.md, in one place,
-// shared by the reference and JIT paths, run before any output is written.
+// Validation of embedding-bag calls: every rule of embedding-bag-semantics.md and of
+// quantized-tables-semantics.md ("Beyond ATen" 7), in one place, run once per call before any
+// output is written. Its product is the call's plan (runtime/embag_call_plan.hpp).
 #pragma once
 
+#include "runtime/embag_call_plan.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::rt {
 
-/// Checks every input rule of `args` (dtypes, sizes, byte-count overflow, alignment of the input
-/// buffers, padding_idx, offsets, every index) and returns the output shapes. Throws
+/// The complete extended form of a caller's ex struct: fields its struct_size covers are the
+/// caller's, later ones take shapejit_embedding_bag_ex_init's defaults. Rejects a struct_size
+/// that does not cover `call` or exceeds this library's struct (a newer caller's options
+/// cannot be honoured, so they are not silently ignored).
+shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_args& caller);
+
+/// Checks every input rule of the call (dtypes of the table, output and weights; sizes and
+/// byte-count overflow; alignment of the input buffers; padding_idx; offsets as spans or as
+/// lengths; every index; every mapping entry an index reads) and returns its plan. Throws
 /// shapejit::Error naming the argument, the value and the rule (kInvalidArgument, or
-/// kUnsupported for valid-but-unsupported dtypes).
+/// kUnsupported for valid-but-unsupported requests). `args` must be complete (complete_ex_args).
+///
+/// Quantized tables (Q8/Q4/Q2) need no alignment: their rows are read bytewise (Q8's f32 scale
+/// and bias sit at byte D of the row, Q4/Q2's f16 ones at byte ceil(D/2) or ceil(D/4)); their
+/// row_stride counts bytes and must be >= the packed row. Pruned tables: indices lie in
+/// [0, mapping_len), padding_idx in [-mapping_len, mapping_len) names an index as given.
+EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args);
+/// A plain call, extended with the defaults of shapejit_embedding_bag_ex_init.
+EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args);
+
+/// Checks the output buffers of a planned call: every non-empty one is non-null (a zero-length
+/// output may be null) and aligned to its element size, and none shares a byte with an input
+/// (the table from its first row to the end of its last, indices, offsets, per_sample_weights,
+/// compressed_indices_mapping) or with another output.
+void validate_embedding_bag_outputs(const EmbagCallPlan& plan, const void* output, const void* offset2bag,
+                                    const void* bag_size, const void* max_indices);
+
+/// The shapes of a plain call (plan_embedding_bag(args).shapes).
 shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& args);
-
-/// Checks the output buffers of a call that passed validate_embedding_bag: every non-empty one
-/// is non-null (a zero-length output may be null) and aligned to its element size, and none
-/// shares a byte with an input (the table from its first row to its last, indices, offsets,
-/// per_sample_weights) or with another output.
-void validate_embedding_bag_outputs(const shapejit_embedding_bag_args& args,
-                                    const shapejit_embedding_bag_shapes& shapes, const void* output,
-                                    const void* offset2bag, const void* bag_size, const void* max_indices);
-
-/// True when the call uses the opt-in ATen partial-final-offset quirk (offsets[B] < N), which
-/// only the reference implements.
-bool uses_partial_final_offset(const shapejit_embedding_bag_args& args);
 
 }  // namespace shapejit::rt

@@ -16,6 +16,7 @@
 #include "ref/embedding_bag.hpp"
 #include "runtime/embag_kernel_call.hpp"
 #include "support/embag_cases.hpp"
+#include "support/embag_dtype_battery.hpp"
 #include "support/embag_jit_support.hpp"
 
 namespace {
@@ -185,4 +186,45 @@ TEST_CASE("embag jit: max with row ids beyond 32 bits, mixed with small ones in 
     }
   }
   CHECK(number > 0);
+}
+
+// ---- Table dtypes (f16, bf16, Q8, Q4, Q2; pruning) ------------------------------------------------
+
+namespace {
+
+void report_dtype_battery(Isa isa, const shapejit::test::embag_dtype::Result& r, uint64_t seed) {
+  for (const std::string& text : r.reports) FAIL_CHECK(text);
+  if (r.failures > int64_t(r.reports.size())) {
+    const std::string more = std::to_string(r.failures - int64_t(r.reports.size())) + " more failures";
+    FAIL_CHECK(more);
+  }
+  MESSAGE(shapejit::jit::isa_name(isa) << ": " << r.kernels << " kernels, " << r.runs << " runs, " << r.checked
+                                       << " values compared (seed " << seed << ", replay: SHAPEJIT_TEST_SEED=" << seed
+                                       << ")");
+  if (r.f16_ties_away_accepted > 0)
+    MESSAGE(r.f16_ties_away_accepted << " f16 outputs accepted one ulp (f16-table means: up to two) away from "
+                                        "zero: this host's vcvtps2ph (an emulator) rounds ties away, not to even");
+}
+
+}  // namespace
+
+TEST_CASE("embag jit dtypes: every table dtype x mode x weights x output x padding x pruning vs the reference") {
+  namespace dt = shapejit::test::embag_dtype;
+  const uint64_t seed = shapejit::test::test_seed(0xd7e5b);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    dt::Options o;
+    o.isa = isa;
+    o.seed = seed;
+    o.dims = dt::default_dims();
+    o.emit_only = !host_has(isa);
+    const dt::Result r = dt::run(o);
+    CHECK(r.kernels > 0);
+    if (o.emit_only) {
+      for (const std::string& text : r.reports) FAIL_CHECK(text);
+      MESSAGE(shapejit::jit::isa_name(isa) << ": " << r.kernels << " kernels emitted, not run ("
+                                           << shapejit::test::host_unsupported_reason(isa) << ")");
+      continue;
+    }
+    report_dtype_battery(isa, r, seed);
+  }
 }

@@ -3,11 +3,13 @@
 // aarch64 is installed) objdump decodes the bytes into the same instruction sequence. On AArch64
 // (natively or under qemu): kernels keep AAPCS64's callee-saved registers, and the API runs
 // generated NEON kernels. The bitwise differential suites (embag_jit_test, embag_jit_rules_test,
-// embag_api_test, guard_page_test) include NEON through host_isas() and the ISA selection.
+// embag_api_test, guard_page_test) include NEON through host_isas() and the ISA selection; the
+// table dtypes have their own battery in embag_neon_dtype_test.cpp.
 #include <doctest/doctest.h>
 
 #include <asmjit/core.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -72,7 +74,11 @@ TEST_CASE("embag neon: cross-emitted kernels use the instructions of each featur
       {neon_key(20, Mode::kSum), {"ldp", "fadd", "prfm", "ret", "str"}, {"fmla", "fdiv", "fcmgt", "ld1"}},
       {neon_key(7, Mode::kSum, true), {"fmla", "ld1", "st1"}, {"fadd"}},   // 3-column tail: lane moves
       {neon_key(6, Mode::kMean, false, false, DType::kI32, DType::kI32), {"scvtf", "fdiv", "ldrsw"}, {}},
-      {neon_key(13, Mode::kMax), {"fcmgt", "bit", "sxtl", "sxtl2", "dup"}, {"fmax", "fmaxnm"}},
+      // int64 ids: 32-bit id lanes zero-extended at the store (uxtl), and the restart on an id
+      // >= 2^31 (tst) into the bag body with 64-bit lanes (sxtl of the compare mask).
+      {neon_key(13, Mode::kMax), {"fcmgt", "bit", "sxtl", "sxtl2", "dup", "tst", "uxtl", "uxtl2"}, {"fmax", "fmaxnm"}},
+      // int32 indices with int64 outputs: ids fit 32-bit lanes, no restart path.
+      {neon_key(13, Mode::kMax, false, false, DType::kI32, DType::kI64), {"uxtl", "bit"}, {"sxtl", "tst"}},
       {neon_key(13, Mode::kMax, false, true, DType::kI32, DType::kI32), {"fcmgt", "bit"}, {"sxtl"}},
       {neon_key(64, Mode::kSum, false, false, DType::kI64, DType::kI64, 0), {"fadd"}, {"prfm"}},
   };
@@ -85,6 +91,14 @@ TEST_CASE("embag neon: cross-emitted kernels use the instructions of each featur
     for (const std::string& a : e.absent) CHECK_MESSAGE(!has(m, a), "unexpected " << a);
     CHECK(!has(m, "vaddps"));
     CHECK(out.bytes.size() % 4 == 0);
+  }
+  // With prefetch the bag loop exists twice (the skeleton's unclamped copy, then the clamped one):
+  // the clamp (csel) appears in one copy only, the prefetches in both.
+  {
+    const std::vector<std::string> m = listing_mnemonics(emit_key(neon_key(8, Mode::kSum)).listing);
+    const auto count = [&](const std::string& name) { return std::count(m.begin(), m.end(), name); };
+    CHECK(count("csel") == 1);
+    CHECK(count("fadd") == 2 * 2);
   }
   // Narrow kernels stay in caller-saved registers; wide max kernels take v8-v15 and save d8-d15.
   const std::string narrow = emit_key(neon_key(20, Mode::kMax)).listing;
@@ -112,8 +126,9 @@ TEST_CASE("embag neon: an x86-64 CodeHolder or a non-NEON key is refused with Un
   EmbagKey avx = neon_key(8, Mode::kSum);
   avx.isa = Isa::kAvx2;
   CHECK(status_of(avx, asmjit::Arch::kAArch64) == shapejit::Status::kUnsupported);
-  EmbagKey f16 = neon_key(8, Mode::kSum);
+  EmbagKey f16 = neon_key(8, Mode::kSum);  // f16 tables output f16: an f32 output is undefined
   f16.table = DType::kF16;
+  f16.out = DType::kF32;
   CHECK(status_of(f16, asmjit::Arch::kAArch64) == shapejit::Status::kUnsupported);
 }
 

@@ -100,8 +100,9 @@ TEST_CASE("validation: weight dtype") {
   f.a.weight_dtype = SHAPEJIT_I64;
   expect_rejected(f, SHAPEJIT_INVALID_ARGUMENT, {"weight", "int64"});
   Fixture g;
-  g.a.weight_dtype = SHAPEJIT_F16;
-  expect_rejected(g, SHAPEJIT_UNSUPPORTED, {"weight", "float16"});
+  g.a.weight_dtype = SHAPEJIT_I32;
+  expect_rejected(g, SHAPEJIT_INVALID_ARGUMENT, {"weight must be a float32, float16 or bfloat16 table or "
+                                                 "rowwise-quantized q8, q4 or q2 rows", "int32 (3)"});
 }
 
 TEST_CASE("validation: mode must be sum, mean or max") {
@@ -380,7 +381,7 @@ TEST_CASE("validation: negative enum values are printed as the caller wrote them
   expect_rejected(h, SHAPEJIT_INVALID_ARGUMENT, {"indices must be int32 or int64, but got dtype unknown (-1)"});
   Fixture i;
   shapejit::rt::set_c_enum(i.a.weight_dtype, shapejit::DType(std::numeric_limits<int>::min()));
-  expect_rejected(i, SHAPEJIT_INVALID_ARGUMENT, {"weight must be a floating-point table, but got dtype unknown (" +
+  expect_rejected(i, SHAPEJIT_INVALID_ARGUMENT, {"q8, q4 or q2 rows, but got dtype unknown (" +
                                                  std::to_string(std::numeric_limits<int>::min()) + ")"});
   Fixture j;
   shapejit::rt::set_c_enum(j.a.mode, shapejit::Mode(std::numeric_limits<int>::min()));
@@ -411,8 +412,8 @@ TEST_CASE("validation: the C++ API reports out-of-range enum class values as int
   call.indices.dtype = shapejit::DType(-2);
   CHECK(message().find("indices must be int32 or int64, but got dtype unknown (-2)") != std::string::npos);
   call.indices.dtype = shapejit::DType::kI64;
-  call.weight.dtype = shapejit::DType(7);
-  CHECK(message().find("weight must be a floating-point table, but got dtype unknown (7)") != std::string::npos);
+  call.weight.dtype = shapejit::DType(8);
+  CHECK(message().find("q8, q4 or q2 rows, but got dtype unknown (8)") != std::string::npos);
   CHECK(f.outputs_untouched());
   call.weight.dtype = shapejit::DType(-3);
   CHECK_THROWS_WITH_AS(shapejit::embedding_bag_output_shapes(call),

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ref/embedding_bag.hpp"
+#include "ref/float16.hpp"
 #include "runtime/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
@@ -368,3 +369,157 @@ TEST_CASE("guard pages: the fence faults one element past the end and before the
 }
 
 }  // namespace
+
+// ---- Table dtypes ------------------------------------------------------------------------------
+
+namespace {
+
+// Bytes of a row of `table` (the packed row for quantized tables) and its stride unit.
+int64_t dtype_row_bytes(shapejit_dtype t, int64_t d) {
+  switch (t) {
+    case SHAPEJIT_F16:
+    case SHAPEJIT_BF16: return 2 * d;
+    case SHAPEJIT_Q8: return d + 8;
+    case SHAPEJIT_Q4: return (d + 1) / 2 + 4;
+    case SHAPEJIT_Q2: return (d + 3) / 4 + 4;
+    default: return 4 * d;
+  }
+}
+
+// Three rows of `table`, `gap` bytes (quantized) or elements (f16/bf16) of stride beyond the
+// row, whose last row's last byte (the bias of a quantized row) is the page's last byte.
+struct FencedDtypeTable {
+  shapejit_dtype dtype;
+  int64_t dim, stride_units, stride_bytes;
+  FencedBuffer mem;
+  FencedDtypeTable(shapejit_dtype t, int64_t d, int64_t gap)
+      : dtype(t), dim(d),
+        stride_units(t == SHAPEJIT_F16 || t == SHAPEJIT_BF16 ? d + gap : dtype_row_bytes(t, d) + gap),
+        stride_bytes(t == SHAPEJIT_F16 || t == SHAPEJIT_BF16 ? 2 * (d + gap) : dtype_row_bytes(t, d) + gap),
+        mem(size_t(2 * stride_bytes + dtype_row_bytes(t, d)), Edge::kEnd) {
+    auto* p = mem.as<unsigned char>();
+    for (size_t b = 0; b < mem.bytes(); ++b) p[b] = static_cast<unsigned char>((b * 37 + 11) % 251);
+    for (int64_t r = 0; r < 3; ++r) {
+      unsigned char* row = p + r * stride_bytes;
+      if (t == SHAPEJIT_F16 || t == SHAPEJIT_BF16) {  // small integers (the random bytes may be NaN)
+        for (int64_t c = 0; c < d; ++c) {
+          const float v = float((r * 7 + c * 3) % 11 - 5);
+          const uint16_t h = t == SHAPEJIT_F16 ? shapejit::ref::f32_to_f16(v) : shapejit::ref::f32_to_bf16(v);
+          std::memcpy(row + 2 * c, &h, 2);
+        }
+        continue;
+      }
+      const int64_t codes = dtype_row_bytes(t, d) - (t == SHAPEJIT_Q8 ? 8 : 4);
+      const float scale = 0.25f * float(r + 1), bias = -1.5f + float(r);
+      if (t == SHAPEJIT_Q8) {
+        std::memcpy(row + codes, &scale, 4);
+        std::memcpy(row + codes + 4, &bias, 4);
+      } else {
+        const uint16_t hs = shapejit::ref::f32_to_f16(scale), hb = shapejit::ref::f32_to_f16(bias);
+        std::memcpy(row + codes, &hs, 2);
+        std::memcpy(row + codes + 2, &hb, 2);
+      }
+    }
+  }
+};
+
+struct DtypeVariant {
+  shapejit_mode mode;
+  shapejit_dtype psw;  // SHAPEJIT_I32: no weights
+  bool padding, pruned;
+};
+
+std::vector<DtypeVariant> dtype_variants(shapejit_dtype t) {
+  const bool q = t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2;
+  const shapejit_dtype w = q ? SHAPEJIT_F32 : t;
+  std::vector<DtypeVariant> v{{SHAPEJIT_SUM, SHAPEJIT_I32, false, false}, {SHAPEJIT_SUM, w, false, false},
+                              {SHAPEJIT_MEAN, SHAPEJIT_I32, false, false}, {SHAPEJIT_MAX, SHAPEJIT_I32, true, false}};
+  if (t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2) v.push_back({SHAPEJIT_SUM, SHAPEJIT_F16, true, false});
+  if (q) v.push_back({SHAPEJIT_MAX, SHAPEJIT_I32, false, true}), v.push_back({SHAPEJIT_SUM, w, true, true});
+  return v;
+}
+
+std::string run_valid_dtype(const FencedDtypeTable& t, const FencedInts& idx, const FencedInts& off, shapejit_dtype dt,
+                            const DtypeVariant& v, shapejit_dtype out, const void* psw) {
+  static const int32_t kMapping[] = {2, -1, 2, 0, 1};  // indices 0..2 (and 3, 4) of the pruned form
+  shapejit_embedding_bag_args a{};
+  a.weight = const_cast<FencedDtypeTable&>(t).mem.as<void>();
+  a.weight_dtype = t.dtype;
+  a.num_rows = 3;
+  a.dim = t.dim;
+  a.row_stride = t.stride_units;
+  a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
+  a.index_dtype = dt;
+  a.num_indices = int64_t(kLastRowIndices.size());
+  a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
+  a.offset_dtype = dt;
+  a.num_offsets = int64_t(kLastRowOffsets.size());
+  a.mode = v.mode;
+  a.per_sample_weights = v.psw != SHAPEJIT_I32 ? psw : nullptr;
+  a.has_padding_idx = v.padding;
+  a.padding_idx = 1;  // the last row is still read
+  shapejit_embedding_bag_ex_args e{};
+  shapejit_embedding_bag_ex_init(&e, &a);
+  e.output_dtype = out;
+  if (v.psw != SHAPEJIT_I32) e.per_sample_weights_dtype = v.psw;
+  if (v.pruned) e.compressed_indices_mapping = kMapping, e.mapping_len = 5;
+  shapejit_embedding_bag_shapes s{};
+  if (shapejit_embedding_bag_ex_output_shapes(&e, &s) != SHAPEJIT_OK) return shapejit_last_error();
+  GuardedOutputs got(s, 0xCD, false, out), want(s, 0x5A, false, out);
+  if (got.run(e) != SHAPEJIT_OK) return shapejit_last_error();
+  shapejit::ref::embedding_bag(e, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+                               want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
+  return shapejit::test::first_output_difference(want, got, out);
+}
+
+}  // namespace
+
+TEST_CASE("guard pages: f16, bf16 and packed Q8/Q4/Q2 rows whose last byte ends the page (every D, ISA, mode)") {
+  REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
+  const float psw32[] = {0.5f, -1.0f, 2.0f, 1.0f, 3.0f, -0.25f, 1.5f};
+  uint16_t psw_f16[7], psw_bf16[7];
+  for (int i = 0; i < 7; ++i)
+    psw_f16[i] = shapejit::ref::f32_to_f16(psw32[i]), psw_bf16[i] = shapejit::ref::f32_to_bf16(psw32[i]);
+  int64_t calls = 0;
+  for (Isa isa : isas()) {
+    shapejit::rt::ScopedIsaOverride pin(isa);
+    for (shapejit_dtype t : {SHAPEJIT_F16, SHAPEJIT_BF16, SHAPEJIT_Q8, SHAPEJIT_Q4, SHAPEJIT_Q2}) {
+      int64_t last = 0;
+      for (int64_t raw : dims()) {
+        const int64_t D = t == SHAPEJIT_Q4 ? raw + raw % 2 : t == SHAPEJIT_Q2 ? (raw + 3) / 4 * 4 : raw;
+        if (D == last) continue;
+        last = D;
+        for (int64_t gap : {0, 3}) {
+          const FencedDtypeTable table(t, D, gap);
+          for (shapejit_dtype dt : {SHAPEJIT_I64, SHAPEJIT_I32}) {
+            const FencedInts idx(kLastRowIndices, dt, Edge::kEnd), off(kLastRowOffsets, dt, Edge::kEnd);
+            for (const DtypeVariant& v : dtype_variants(t)) {
+              const bool q = t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2;
+              for (shapejit_dtype out : {SHAPEJIT_F32, SHAPEJIT_F16, SHAPEJIT_BF16}) {
+                if (q ? (dt == SHAPEJIT_I32 && out != SHAPEJIT_F32) : out != t) continue;
+                const void* psw = v.psw == SHAPEJIT_F16 ? static_cast<const void*>(psw_f16)
+                                  : v.psw == SHAPEJIT_BF16 ? static_cast<const void*>(psw_bf16)
+                                                           : static_cast<const void*>(psw32);
+                CAPTURE(shapejit::jit::isa_name(isa));
+                CAPTURE(shapejit::test::dtype_name(t));
+                CAPTURE(D);
+                CAPTURE(gap);
+                CAPTURE(shapejit::test::mode_name(v.mode));
+                CAPTURE(shapejit::test::dtype_name(v.psw));  // i32: no weights
+                CAPTURE(v.padding);
+                CAPTURE(v.pruned);
+                CAPTURE(shapejit::test::dtype_name(out));
+                CAPTURE(shapejit::test::dtype_name(dt));
+                const std::string diff = run_valid_dtype(table, idx, off, dt, v, out, psw);
+                CHECK_MESSAGE(diff.empty(), diff);
+                ++calls;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " valid calls on f16/bf16/Q8/Q4/Q2 tables ending at a PROT_NONE page, no fault");
+  shapejit_set_num_threads(0);
+}

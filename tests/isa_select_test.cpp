@@ -17,14 +17,14 @@ using shapejit::rt::select_isa;
 
 HostFeatures x86_avx512() {
   HostFeatures h;
-  h.x86 = h.avx2 = h.fma = h.avx512f = h.avx512bw = h.avx512dq = h.avx512vl = true;
+  h.x86 = h.avx2 = h.fma = h.f16c = h.avx512f = h.avx512bw = h.avx512dq = h.avx512vl = true;
   h.os_avx_state = h.os_avx512_state = true;
   return h;
 }
 
 HostFeatures x86_avx2() {
   HostFeatures h;
-  h.x86 = h.avx2 = h.fma = true;
+  h.x86 = h.avx2 = h.fma = h.f16c = true;
   h.os_avx_state = true;
   return h;
 }
@@ -132,8 +132,18 @@ TEST_CASE("isa: AVX-512 code needs AVX2 and FMA too (VEX forms, SLEEF's avx512f 
   CHECK(shapejit::rt::isa_unsupported_reason(h, Isa::kAvx512) == "host lacks fma");
   CHECK(select_isa(h, std::nullopt).isa == Isa::kScalar);
   CHECK(shapejit::jit::isa_requirement(Isa::kAvx512) ==
-        "x86-64 with avx512f, avx512bw, avx512dq, avx512vl, avx2, fma; OS-enabled ymm, opmask and zmm state");
+        "x86-64 with avx512f, avx512bw, avx512dq, avx512vl, avx2, fma, f16c; OS-enabled ymm, opmask and zmm state");
   CHECK(shapejit::jit::isa_requirement(Isa::kScalar) == "any host");
+}
+
+TEST_CASE("isa: both x86 ISAs need F16C (f16 tables and outputs are widened and rounded with it)") {
+  for (HostFeatures h : {x86_avx512(), x86_avx2()}) {
+    h.f16c = false;
+    CHECK(select_isa(h, std::nullopt).isa == Isa::kScalar);
+  }
+  HostFeatures h = x86_avx2();
+  h.f16c = false;
+  CHECK(shapejit::rt::isa_unsupported_reason(h, Isa::kAvx2) == "host lacks f16c");
 }
 
 TEST_CASE("isa: answers during static initialisation equal the answers after main") {

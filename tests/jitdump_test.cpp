@@ -46,6 +46,11 @@ const std::vector<std::string> kGoldenKeys{
     "embag.avx2.f32.d20.mean.i32.o32",
     "embag.avx2.f32.d13.max.i64.o32",
     "embag.avx512.f32.d37.sum.i32.o64.w.pf4",
+    // Table dtypes (X86TableOps): 4-bit sum at the speed target's width; 2-bit on AVX-512 with
+    // f16 weights (the f64 step), a tail, pruning and an f16 output; 8-bit max with a bf16 output.
+    "embag.avx2.q4.d128.sum.i64.o64",
+    "embag.avx512.q2.d36.sum.i32.o32.wf16.pruned.outf16",
+    "embag.avx2.q8.d20.max.i64.o64.pad.outbf16",
     // NEON, cross-emitted on x86-64 hosts: max with a tail and 32-bit types.
     "embag.neon.f32.d13.max.i32.o32",
     // Linear-group microkernels: bias, SLEEF gelu (its address shown by name) and scale on

@@ -29,9 +29,12 @@ struct EmbagFlags {
   std::string index = "i64";
   std::string offset = "i64";
   std::string table = "f32";
+  std::string out;  // empty: the table's default (jit::default_value_dtype)
+  std::string psw;  // empty: the table's default
   std::string isa;  // empty: default_isa()
   bool weighted = false;
   bool padding = false;
+  bool pruned = false;
   int prefetch = 16;
   DumpOptions dump;
   std::vector<const CLI::Option*> key_flags;  // the flags --key replaces, to reject mixing them
@@ -42,7 +45,17 @@ Mode mode_from(const std::string& s) {
 }
 
 DType table_from(const std::string& s) {
-  return s == "f16" ? DType::kF16 : s == "bf16" ? DType::kBF16 : DType::kF32;
+  if (s == "f16") return DType::kF16;
+  if (s == "bf16") return DType::kBF16;
+  if (s == "q8") return DType::kQ8;
+  if (s == "q4") return DType::kQ4;
+  if (s == "q2") return DType::kQ2;
+  return DType::kF32;
+}
+
+// --out / --psw: a float dtype, or the table's default when not given.
+DType value_from(const std::string& s, DType table) {
+  return s.empty() ? jit::default_value_dtype(table) : table_from(s);
 }
 
 DType int_from(const std::string& s) { return s == "i32" ? DType::kI32 : DType::kI64; }
@@ -82,6 +95,9 @@ EmbagKey make_key(const EmbagFlags& f) {
     throw UsageError("--weighted: per-sample weights are only allowed with --mode sum, not --mode " + f.mode);
   key.isa = f.isa.empty() ? default_isa() : *jit::parse_isa(f.isa);
   key.table = table_from(f.table);
+  key.out = value_from(f.out, key.table);
+  key.psw = value_from(f.psw, key.table);
+  key.pruned = f.pruned;
   key.dim = f.dim;
   key.mode = mode_from(f.mode);
   key.weighted = f.weighted;
@@ -112,6 +128,7 @@ Command add_embedding_bag_command(CLI::App& parent) {
       "  jitdump embedding-bag --dim 128 --mode max --index i64 --offset i64\n"
       "  jitdump embedding-bag --dim 20 --isa avx2 --weighted --prefetch 8\n"
       "  jitdump embedding-bag --dim 64 --isa neon             (cross-emits AArch64 code on x86-64)\n"
+      "  jitdump embedding-bag --dim 128 --table q4 --mode max --isa avx2\n"
       "  jitdump embedding-bag --key embag.avx512.f32.d128.sum.i64.o64");
 
   app->add_option("--key", flags->key,
@@ -127,8 +144,17 @@ Command add_embedding_bag_command(CLI::App& parent) {
                       ->check(one_of({"i32", "i64"})));
   shape.push_back(app->add_option("--offset", flags->offset, "Element type of offsets (default i64)")
                       ->check(one_of({"i32", "i64"})));
-  shape.push_back(app->add_option("--table", flags->table, "Element type of the table (default f32)")
+  shape.push_back(app->add_option("--table", flags->table,
+                                  "Element type of the table; q8/q4/q2 are rowwise-quantized rows (default f32)")
+                      ->check(one_of({"f32", "f16", "bf16", "q8", "q4", "q2"})));
+  shape.push_back(app->add_option("--out", flags->out,
+                                  "Element type of the output (default: the table's; f32 for quantized tables)")
                       ->check(one_of({"f32", "f16", "bf16"})));
+  shape.push_back(app->add_option("--psw", flags->psw,
+                                  "Element type of per_sample_weights (default: as --out's default)")
+                      ->check(one_of({"f32", "f16", "bf16"})));
+  shape.push_back(app->add_flag("--pruned", flags->pruned,
+                                "compressed_indices_mapping present: each index reads the row the mapping names"));
   shape.push_back(app->add_flag("--weighted,-w", flags->weighted,
                                 "per_sample_weights present: rows are scaled before summing (sum mode only)"));
   shape.push_back(app->add_flag("--padding,-p", flags->padding,

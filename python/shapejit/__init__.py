@@ -3,10 +3,13 @@
     import shapejit
     out, offset2bag, bag_size, max_indices = shapejit.embedding_bag(weight, indices, offsets, mode=1)
     bag = shapejit.EmbeddingBag.from_pretrained(weight, mode="sum")   # an nn.EmbeddingBag
+    qbag = shapejit.EmbeddingBag.from_torch(quantized_module)        # torch.ao.nn.quantized.EmbeddingBag
+    packed = shapejit.quantized.embedding_bag_4bit_prepack(weight)   # torch's packed rows
     proj = shapejit.in_projection(mha)                               # an nn.MultiheadAttention
     q, k, v = proj(query, key, value)                                # each [Nb, H, L, Dh]
 
-Everything is forward only (no autograd) and runs on CPU float32 tensors.
+Everything is forward only (no autograd) and runs on CPU tensors: f32, f16 and bf16 tables, and
+rowwise-quantized 8/4/2-bit tables (shapejit.quantized); linear groups take f32.
 """
 import torch
 
@@ -19,8 +22,9 @@ embedding_bag = torch.ops.shapejit.embedding_bag
 #: torch.ops.shapejit.linear_group_run(group, inputs) -> outputs.
 linear_group_run = torch.ops.shapejit.linear_group_run
 
-from .modules import EmbeddingBag  # noqa: E402  (needs the operators registered above)
+from . import quantized  # noqa: E402  (needs the operators registered above)
+from .modules import EmbeddingBag, QuantizedEmbeddingBag  # noqa: E402
 from .linear import InProjection, in_projection, linear_group  # noqa: E402
 
-__all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "InProjection", "in_projection",
-           "linear_group", "library_path"]
+__all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "QuantizedEmbeddingBag", "InProjection",
+           "in_projection", "linear_group", "library_path", "quantized"]

@@ -79,6 +79,41 @@ def test_from_pretrained_and_from_torch(sj, seed):
         assert_same_tensor(converted(inp), ref(inp), "from_torch " + mode)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_from_torch_takes_half_precision_modules(sj, seed, dtype):
+    """f16: what the torch module returns; bf16 (torch 1.13 cannot run it): rule A2, torch on
+    the widened table rounded once (test_oracle_half_tables.bf16_rule_a2)."""
+    from test_oracle_half_tables import bf16_rule_a2
+    gen = torch.Generator().manual_seed(seed)
+    inp = torch.randint(0, 20, (6, 4), generator=gen)
+    flat, offsets = inp.reshape(-1), torch.arange(0, 24, 4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for mode in ("sum", "mean", "max"):
+            ref = torch.nn.EmbeddingBag(20, 9, mode=mode, padding_idx=2, _weight=torch.randn(20, 9, generator=gen))
+            ref = ref.to(dtype).requires_grad_(False)
+            ours = sj.EmbeddingBag.from_torch(ref)
+            assert ours.weight is ref.weight and ours.weight.dtype == dtype
+            psw = torch.randn(6, 4, generator=gen).to(dtype) if mode == "sum" else None
+            if dtype == torch.float16:
+                expected = ref(inp, None, psw)
+            else:
+                call = type("Call", (), dict(mode=_MODE_NUMBERS[mode], include_last_offset=False, padding_idx=2))
+                expected = bf16_rule_a2(call, ref.weight, flat, offsets, None if psw is None else psw.reshape(-1))[0]
+            assert_same_tensor(ours(inp, None, psw), expected, "from_torch {} {}".format(dtype, mode))
+    finally:
+        torch.set_num_threads(threads)
+
+
+_MODE_NUMBERS = {"sum": 0, "mean": 1, "max": 2}
+
+
+def test_from_torch_refuses_other_modules(sj):
+    with pytest.raises(TypeError, match="EmbeddingBag"):
+        sj.EmbeddingBag.from_torch(torch.nn.Embedding(3, 4))
+
+
 def test_argument_errors_match_torch(sj):
     ref, ours = pair(0, num_embeddings=10, embedding_dim=3, mode="mean")
     calls = [

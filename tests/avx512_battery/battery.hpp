@@ -39,6 +39,12 @@ Tally run_embag(const Options& options);
 /// Max mode with row ids beyond 32 bits (the kernels' 64-bit id lanes).
 Tally run_embag_wide_ids(const Options& options);
 
+/// Table dtypes (f16, bf16, Q8, Q4, Q2; pruning): every mode x weight dtype x output dtype x
+/// padding x pruning over widths with every tail kind (support/embag_dtype_battery.hpp). f16
+/// outputs one ulp away from zero are accepted, and counted in the report, only where this
+/// CPU's vcvtps2ph rounds ties away (Bochs).
+Tally run_embag_dtypes(const Options& options);
+
 /// Linear groups: every activation x bias x scale x store layout over shapes off the vector
 /// and panel widths, against the double-precision reference's acceptance bound.
 Tally run_linear_groups(const Options& options);

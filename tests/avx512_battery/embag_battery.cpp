@@ -13,6 +13,7 @@
 #include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
 #include "support/embag_cases.hpp"
+#include "support/embag_dtype_battery.hpp"
 #include "support/embag_jit_support.hpp"
 
 namespace shapejit::test::avx512_battery {
@@ -145,6 +146,29 @@ Tally run_embag_wide_ids(const Options& options) {
     }
   }
   take_tolerated_nan_payloads();
+  return tally;
+}
+
+// The dtype battery at a width spread sized for Bochs: tails of every kind for 16 lanes (Q4:
+// even, Q2: 4, 8, 12), column blocks and the run-time block loop (2052 in sum, 700 in max).
+Tally run_embag_dtypes(const Options& options) {
+  embag_dtype::Options o;
+  o.isa = options.isa;
+  o.seed = options.seed;
+  o.dims = {1, 2, 4, 6, 7, 10, 12, 13, 14, 16, 17, 20, 24, 36, 64, 100, 132, 300, 700, 2052};
+  o.mine = [&options](int64_t item) { return options.mine(item); };
+  o.max_reports = options.max_reports;
+  const embag_dtype::Result r = embag_dtype::run(o);
+  Tally tally;
+  tally.kernels = r.kernels;
+  tally.cases = r.runs;
+  tally.checked = r.checked;
+  for (const std::string& text : r.reports) tally.fail(options, "dtypes", text);
+  tally.failures = r.failures;
+  if (r.f16_ties_away_accepted > 0)
+    std::printf("avx512 battery: dtypes: %lld f16 outputs accepted one ulp (f16-table means: up to two) away "
+                "from zero: this CPU's vcvtps2ph rounds ties away instead of to nearest even (an emulator)\n",
+                static_cast<long long>(r.f16_ties_away_accepted));
   return tally;
 }
 

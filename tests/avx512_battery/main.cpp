@@ -1,5 +1,5 @@
 // avx512_battery: runs the reduced AVX-512 battery (battery.hpp) and says what ran.
-//   avx512_battery [--isa avx512|avx2] [--shard I/N] [--only embag|wide_ids|linear]
+//   avx512_battery [--isa avx512|avx2] [--shard I/N] [--only embag|wide_ids|dtypes|linear]
 //   avx512_battery --probe [--isa ...]: only say whether this CPU runs the ISA (the engine's rule,
 //                  support/host_isas.hpp), exit 0 if it does, else 3; tools/avx512_stage.sh asks it.
 // Ends with the test suites' line saying which ISAs executed generated code
@@ -27,7 +27,7 @@ using shapejit::jit::Isa;
 
 int usage(const char* why) {
   std::fprintf(stderr, "avx512_battery: %s\nusage: avx512_battery [--probe] [--isa avx512|avx2] [--shard I/N] "
-                       "[--only embag|wide_ids|linear]\n", why);
+                       "[--only embag|wide_ids|dtypes|linear]\n", why);
   return 2;
 }
 
@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
       probe = true;
     } else if (arg == "--only" && i + 1 < argc) {
       only = argv[++i];
-      if (only != "embag" && only != "wide_ids" && only != "linear") return usage("unknown family for --only");
+      if (only != "embag" && only != "wide_ids" && only != "dtypes" && only != "linear")
+        return usage("unknown family for --only");
     } else {
       return usage(("unknown argument: " + std::string(arg)).c_str());
     }
@@ -77,7 +78,10 @@ int main(int argc, char** argv) {
     const char* name;
     std::function<Tally(const Options&)> run;
   };
-  const Family families[] = {{"embag", run_embag}, {"wide_ids", run_embag_wide_ids}, {"linear", run_linear_groups}};
+  const Family families[] = {{"embag", run_embag},
+                             {"wide_ids", run_embag_wide_ids},
+                             {"dtypes", run_embag_dtypes},
+                             {"linear", run_linear_groups}};
   Tally total;
   for (const Family& f : families) {
     if (!only.empty() && only != f.name) continue;

@@ -13,6 +13,12 @@
 #include <sstream>
 #include <type_traits>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include "ref/float16.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::test {
@@ -202,6 +208,119 @@ void pick_per_sample_weights(Rng& rng, EmbagCase& c) {
   if (c.indices.empty()) c.per_sample_weights.clear();  // N = 0: nothing to weight
 }
 
+
+// ---- Other table dtypes -------------------------------------------------------------------
+
+bool is_quantized(shapejit_dtype t) { return t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2; }
+
+int64_t packed_row_bytes(shapejit_dtype t, int64_t dim) {
+  if (t == SHAPEJIT_Q8) return dim + 8;
+  if (t == SHAPEJIT_Q4) return (dim + 1) / 2 + 4;
+  return (dim + 3) / 4 + 4;
+}
+
+uint16_t to_half_bits(shapejit_dtype t, float v) { return t == SHAPEJIT_F16 ? ref::f32_to_f16(v) : ref::f32_to_bf16(v); }
+float from_half_bits(shapejit_dtype t, uint16_t h) { return t == SHAPEJIT_F16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h); }
+
+// f16/bf16 tables: the f32 values drawn by fill_table, rounded; `weight` keeps the widened
+// rounded values (for printing), `table_bytes` the halves.
+void round_half_table(EmbagCase& c) {
+  c.table_bytes.resize(c.weight.size() * 2);
+  for (size_t k = 0; k < c.weight.size(); ++k) {
+    const uint16_t h = to_half_bits(c.table_dtype, c.weight[k]);
+    std::memcpy(c.table_bytes.data() + 2 * k, &h, 2);
+    c.weight[k] = from_half_bits(c.table_dtype, h);
+  }
+}
+
+// A row's scale or bias: mostly moderate values of several magnitudes, some specials.
+float qparam(Rng& rng, bool allow_specials) {
+  if (allow_specials && chance(rng, 0.04)) return special_value(rng);
+  static constexpr float kMagnitudes[] = {1e-3f, 0.05f, 1.0f, 1.0f, 30.0f};
+  if (chance(rng, 0.05)) return 16519105.0f * 0x1p-54f;  // the spec's double-rounding scale
+  return pick(rng, kMagnitudes) * std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+}
+
+// Packed Q8/Q4/Q2 rows (B1): random codes (some rows all 0 or all max), then f32 (Q8) or f16
+// (Q4/Q2) scale and bias. Gap bytes of strided rows hold 0xA5.
+void fill_quantized_table(Rng& rng, EmbagCase& c) {
+  c.table_kind = TableKind::kRandom;
+  const int64_t row_bytes = packed_row_bytes(c.table_dtype, c.dim), code_bytes = row_bytes - (c.table_dtype == SHAPEJIT_Q8 ? 8 : 4);
+  const bool specials = chance(rng, 0.3);
+  if (specials) c.table_kind = TableKind::kSpecials;
+  c.table_bytes.assign(size_t(c.num_rows * c.row_stride), 0xA5);
+  for (int64_t r = 0; r < c.num_rows; ++r) {
+    unsigned char* row = c.table_bytes.data() + r * c.row_stride;
+    const int64_t kind = uniform(rng, 0, 9);
+    for (int64_t k = 0; k < code_bytes; ++k)
+      row[k] = kind == 0 ? 0x00 : kind == 1 ? 0xFF : static_cast<unsigned char>(uniform(rng, 0, 255));
+    const float scale = qparam(rng, specials), bias = qparam(rng, specials);
+    if (c.table_dtype == SHAPEJIT_Q8) {
+      std::memcpy(row + code_bytes, &scale, 4);
+      std::memcpy(row + code_bytes + 4, &bias, 4);
+    } else {
+      const uint16_t hs = ref::f32_to_f16(scale), hb = ref::f32_to_f16(bias);
+      std::memcpy(row + code_bytes, &hs, 2);
+      std::memcpy(row + code_bytes + 2, &hb, 2);
+    }
+  }
+}
+
+// Lengths-style offsets (B3) for bags of the given lengths: offsets[0] need not be 0, an empty
+// bag is sometimes a negative step, positions after the last bag are sometimes left over.
+// Returns N.
+int64_t pick_length_offsets(Rng& rng, EmbagCase& c, const std::vector<int64_t>& lengths) {
+  const int64_t bags = int64_t(lengths.size());
+  std::vector<int64_t> off{chance(rng, 0.5) ? 0 : uniform(rng, -3, 3)};
+  int64_t consumed = 0, consumed_before_last = 0;
+  for (int64_t len : lengths) {
+    consumed_before_last = consumed;
+    const int64_t step = len == 0 && chance(rng, 0.3) ? -uniform(rng, 1, 3) : len;
+    off.push_back(off.back() + step);
+    consumed += len;
+  }
+  c.offsets_as_lengths = true;
+  c.offsets.clear();
+  if (c.include_last_offset) {
+    c.offsets = off;  // B + 1 offsets; positions after the last bag are ignored
+    return consumed + (chance(rng, 0.3) ? uniform(rng, 1, 4) : 0);
+  }
+  if (bags == 0) return 0;
+  // The last bag takes N - offsets[B - 1] positions, which must fit after the earlier bags:
+  // shift every offset (differences unchanged) so that offsets[B - 1] >= their positions.
+  off.pop_back();
+  const int64_t shift = std::max<int64_t>(0, consumed_before_last - off.back()) + (chance(rng, 0.5) ? 0 : uniform(rng, 0, 2));
+  for (auto& v : off) v += shift;
+  c.offsets = off;
+  return consumed;
+}
+
+// Pruning (quantized tables): a mapping of M entries (some -1); indices and the padding index
+// are folded into [0, M).
+void pick_mapping(Rng& rng, EmbagCase& c) {
+  const int64_t m = uniform(rng, 1, 2 * c.num_rows);
+  std::vector<int32_t> mapping(static_cast<size_t>(m));
+  const double pruned = pick(rng, {0.0, 0.2, 0.5, 1.0});
+  for (auto& v : mapping) v = chance(rng, pruned) ? -1 : static_cast<int32_t>(uniform(rng, 0, c.num_rows - 1));
+  for (auto& v : c.indices) v %= m;
+  if (c.padding_idx) {
+    const int64_t row = *c.padding_row() % m;
+    c.padding_idx = *c.padding_idx < 0 ? row - m : row;
+  }
+  c.mapping = std::move(mapping);
+}
+
+// Weights in the dtype the call passes them in (the exact values stay in per_sample_weights).
+void round_weights(EmbagCase& c, shapejit_dtype dtype) {
+  c.psw_dtype = dtype;
+  if (dtype == SHAPEJIT_F32) return;
+  for (auto& w : c.per_sample_weights) {
+    const uint16_t h = to_half_bits(dtype, w);
+    c.per_sample_weights16.push_back(h);
+    w = from_half_bits(dtype, h);
+  }
+}
+
 }  // namespace
 
 // EmbagCase ---------------------------------------------------------------------------------
@@ -219,10 +338,22 @@ shapejit_dtype EmbagCase::index_out_dtype() const {
   return index_dtype == offset_dtype ? index_dtype : SHAPEJIT_I64;
 }
 
-shapejit_embedding_bag_args EmbagCase::to_args() const {
+const void* EmbagCase::table_data() const {
+  return table_dtype == SHAPEJIT_F32 ? static_cast<const void*>(weight.data())
+                                     : static_cast<const void*>(table_bytes.data());
+}
+
+int64_t EmbagCase::table_byte_size() const {
+  if (num_rows == 0) return 0;
+  if (is_quantized(table_dtype)) return (num_rows - 1) * row_stride + packed_row_bytes(table_dtype, dim);
+  const int64_t element = table_dtype == SHAPEJIT_F32 ? 4 : 2;
+  return ((num_rows - 1) * row_stride + dim) * element;
+}
+
+shapejit_embedding_bag_args EmbagCase::to_args(const void* table) const {
   shapejit_embedding_bag_args a{};
-  a.weight = weight.data();
-  a.weight_dtype = SHAPEJIT_F32;
+  a.weight = table ? table : table_data();
+  a.weight_dtype = table_dtype;
   a.num_rows = num_rows;
   a.dim = dim;
   a.row_stride = row_stride;
@@ -234,7 +365,9 @@ shapejit_embedding_bag_args EmbagCase::to_args() const {
                                            : static_cast<const void*>(offsets.data());
   a.offset_dtype = offset_dtype;
   a.num_offsets = int64_t(offsets.size());
-  a.per_sample_weights = per_sample_weights.empty() ? nullptr : per_sample_weights.data();
+  a.per_sample_weights = per_sample_weights.empty()  ? nullptr
+                         : psw_dtype == SHAPEJIT_F32 ? static_cast<const void*>(per_sample_weights.data())
+                                                     : static_cast<const void*>(per_sample_weights16.data());
   a.mode = mode;
   a.has_padding_idx = padding_idx.has_value();
   a.padding_idx = padding_idx.value_or(0);
@@ -243,18 +376,50 @@ shapejit_embedding_bag_args EmbagCase::to_args() const {
   return a;
 }
 
+shapejit_embedding_bag_ex_args EmbagCase::to_ex_args(const void* table) const {
+  shapejit_embedding_bag_ex_args e{};
+  const shapejit_embedding_bag_args a = to_args(table);
+  shapejit_embedding_bag_ex_init(&e, &a);
+  e.output_dtype = output_dtype;
+  e.per_sample_weights_dtype = psw_dtype;
+  if (mapping) {
+    e.compressed_indices_mapping = mapping->data();
+    e.mapping_len = int64_t(mapping->size());
+  }
+  e.offsets_as_lengths = offsets_as_lengths;
+  return e;
+}
+
 EmbagCase make_embag_case(uint64_t seed, int64_t number, const EmbagCaseOptions& options) {
   Rng rng(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(number))));
+  // Draws of the other dtypes and options come from a stream of their own, so f32 cases
+  // without them are the ones this generator always made.
+  Rng ext(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(number) ^ 0xD7E5ull)));
+  const shapejit_dtype table = options.table;
+  const bool quantized = is_quantized(table);
   EmbagCase c;
   c.seed = seed;
   c.number = number;
+  c.table_dtype = table;
+  c.output_dtype = quantized ? SHAPEJIT_F32 : table;
+  c.psw_dtype = quantized ? SHAPEJIT_F32 : table;
   c.mode = pick(rng, {SHAPEJIT_SUM, SHAPEJIT_MEAN, SHAPEJIT_MAX});
   c.index_dtype = chance(rng, 0.5) ? SHAPEJIT_I32 : SHAPEJIT_I64;
   c.offset_dtype = chance(rng, 0.5) ? SHAPEJIT_I32 : SHAPEJIT_I64;
   c.dim = pick_dim(rng, options.max_dim);
-  c.row_stride = pick_row_stride(rng, c.dim);
+  if (table == SHAPEJIT_Q4) c.dim += c.dim % 2;            // whole bytes of codes
+  if (table == SHAPEJIT_Q2) c.dim = (c.dim + 3) / 4 * 4;
+  if (quantized) {
+    const int64_t gap = chance(ext, 0.6) ? 0 : uniform(ext, 1, 9);  // odd strides: unaligned trailers
+    c.row_stride = packed_row_bytes(table, c.dim) + gap;
+  } else {
+    c.row_stride = pick_row_stride(rng, c.dim);
+  }
   c.num_rows = pick_num_rows(rng, c.row_stride, options.max_table_elements);
-  fill_table(rng, c);
+  if (quantized) fill_quantized_table(ext, c);
+  else fill_table(rng, c);
+  if (table == SHAPEJIT_F16 || table == SHAPEJIT_BF16) round_half_table(c);
+  const bool lengths_form = options.extended && chance(ext, 0.3);
 
   std::vector<int64_t> lengths = pick_bag_lengths(rng, options.max_indices);
   const auto max_bags = static_cast<size_t>(std::max<int64_t>(1, options.max_output_elements / c.dim));
@@ -269,20 +434,54 @@ EmbagCase make_embag_case(uint64_t seed, int64_t number, const EmbagCaseOptions&
   // The partial final offset (offsets[B] < N) is valid only with the opt-in flag, in sum and
   // mean, without padding, and needs a bag for the trailing positions to follow.
   const bool partial = c.include_last_offset && options.allow_partial_final_offset && bags >= 1 &&
-                       c.mode != SHAPEJIT_MAX && chance(rng, 0.3);
+                       c.mode != SHAPEJIT_MAX && chance(rng, 0.3) && !lengths_form;
   int64_t trailing = 0;
   if (partial) {
     c.aten_partial_final_offset = true;
     trailing = uniform(rng, 1, 6);
   }
   if (c.include_last_offset) c.offsets.push_back(total);  // offsets[B] (== N unless partial)
+  if (lengths_form) {
+    trailing = pick_length_offsets(ext, c, lengths) - total;
+    if (c.offsets.empty()) c.offsets.push_back(0);  // lengths need at least one offset
+  }
   pick_indices(rng, c, total + trailing);
   if (!partial) pick_padding(rng, c);
   pick_per_sample_weights(rng, c);
 
+  if (options.extended && quantized) {
+    c.output_dtype = pick(ext, {SHAPEJIT_F32, SHAPEJIT_F32, SHAPEJIT_F16, SHAPEJIT_BF16});
+    if (chance(ext, 0.35)) pick_mapping(ext, c);
+  }
+  if (c.weighted()) {
+    if (table == SHAPEJIT_F16 || table == SHAPEJIT_BF16) round_weights(c, table);
+    else if (options.extended && (table == SHAPEJIT_Q4 || table == SHAPEJIT_Q2) && chance(ext, 0.5))
+      round_weights(c, SHAPEJIT_F16);
+  }
+
   for (int64_t v : c.indices) c.indices_i32.push_back(static_cast<int32_t>(v));
   for (int64_t v : c.offsets) c.offsets_i32.push_back(static_cast<int32_t>(v));
   return c;
+}
+
+// GuardedTable -------------------------------------------------------------------------------
+
+GuardedTable::GuardedTable(const EmbagCase& c) {
+  const size_t bytes = static_cast<size_t>(c.table_byte_size());
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t data_pages = (bytes + page - 1) / page + 1;
+  map_bytes_ = (data_pages + 1) * page;
+  map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map_ == MAP_FAILED) throw std::runtime_error("GuardedTable: mmap failed");
+  unsigned char* base = static_cast<unsigned char*>(map_);
+  if (mprotect(base + data_pages * page, page, PROT_NONE) != 0) throw std::runtime_error("GuardedTable: mprotect failed");
+  unsigned char* data = base + data_pages * page - bytes;
+  if (bytes > 0) std::memcpy(data, c.table_data(), bytes);
+  data_ = data;
+}
+
+GuardedTable::~GuardedTable() {
+  if (map_ && map_ != MAP_FAILED) munmap(map_, map_bytes_);
 }
 
 // Printing ----------------------------------------------------------------------------------
@@ -303,6 +502,9 @@ const char* dtype_name(shapejit_dtype dtype) {
     case SHAPEJIT_BF16: return "bf16";
     case SHAPEJIT_I32: return "i32";
     case SHAPEJIT_I64: return "i64";
+    case SHAPEJIT_Q8: return "q8";
+    case SHAPEJIT_Q4: return "q4";
+    case SHAPEJIT_Q2: return "q2";
   }
   return "?";
 }
@@ -345,13 +547,18 @@ void print_list(std::ostringstream& os, const char* name, const std::vector<T>& 
 
 std::string EmbagCase::summary() const {
   std::ostringstream os;
-  os << mode_name(mode) << (weighted() ? " weighted" : "") << " idx=" << dtype_name(index_dtype)
+  os << mode_name(mode) << (weighted() ? " weighted" : "");
+  if (table_dtype != SHAPEJIT_F32) os << " table=" << dtype_name(table_dtype) << " out=" << dtype_name(output_dtype);
+  if (weighted() && psw_dtype != SHAPEJIT_F32) os << " psw=" << dtype_name(psw_dtype);
+  os << " idx=" << dtype_name(index_dtype)
      << " off=" << dtype_name(offset_dtype) << " n=" << num_rows << " D=" << dim
-     << " stride=" << row_stride << " N=" << indices.size() << " len(offsets)=" << offsets.size()
-     << " B=" << num_bags() << " table=" << table_kind_name(table_kind);
-  if (padding_idx) os << " padding_idx=" << *padding_idx << " (row " << *padding_row() << ")";
+     << " stride=" << row_stride << (is_quantized(table_dtype) ? "B" : "") << " N=" << indices.size()
+     << " len(offsets)=" << offsets.size() << " B=" << num_bags() << " values=" << table_kind_name(table_kind);
+  if (padding_idx) os << " padding_idx=" << *padding_idx << " (index " << (mapping ? (*padding_idx < 0 ? *padding_idx + int64_t(mapping->size()) : *padding_idx) : *padding_row()) << ")";
+  if (mapping) os << " pruned(mapping_len=" << mapping->size() << ")";
   if (include_last_offset) os << " include_last_offset";
   if (aten_partial_final_offset) os << " aten_partial_final_offset";
+  if (offsets_as_lengths) os << " offsets_as_lengths";
   return os.str();
 }
 
@@ -364,22 +571,37 @@ std::string EmbagCase::describe() const {
   print_list(os, "offsets", offsets, kListLimit);
   print_list(os, "indices", indices, kListLimit);
   if (weighted()) print_list(os, "per_sample_weights", per_sample_weights, kListLimit);
+  if (mapping) print_list(os, "compressed_indices_mapping", *mapping, kListLimit);
   // Rows the call reads, in row order; the gap columns of strided rows are not shown.
-  std::vector<int64_t> rows(indices);
+  std::vector<int64_t> rows;
+  for (int64_t v : indices) {
+    const int64_t r = mapping ? int64_t((*mapping)[size_t(v)]) : v;
+    if (r >= 0) rows.push_back(r);
+  }
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
-  os << "  weight rows read (" << rows.size() << " of " << num_rows << "), columns 0.." << dim - 1
-     << ":\n";
+  const bool packed = is_quantized(table_dtype);
+  os << "  weight rows read (" << rows.size() << " of " << num_rows << ")"
+     << (packed ? ", packed bytes (codes, then scale and bias):\n" : ", columns 0.." + std::to_string(dim - 1) + ":\n");
+  const int64_t row_len = packed ? packed_row_bytes(table_dtype, dim) : dim;
   int64_t printed = 0;
   for (int64_t r : rows) {
-    if (printed + dim > kTableLimit) {
+    if (printed + row_len > kTableLimit) {
       os << "    ... (truncated; the replay command regenerates every value)\n";
       break;
     }
     os << "    row " << r << ": ";
-    for (int64_t d = 0; d < dim; ++d) os << (d ? " " : "") << float_text(weight[size_t(r * row_stride + d)]);
+    for (int64_t d = 0; d < row_len; ++d) {
+      if (packed) {
+        char hex[4];
+        std::snprintf(hex, sizeof hex, "%02x", table_bytes[size_t(r * row_stride + d)]);
+        os << hex;
+      } else {
+        os << (d ? " " : "") << float_text(weight[size_t(r * row_stride + d)]);
+      }
+    }
     os << "\n";
-    printed += dim;
+    printed += row_len;
   }
   return os.str();
 }
@@ -421,15 +643,16 @@ std::byte guard_byte(size_t k) {
 }  // namespace
 
 GuardedOutputs::GuardedOutputs(const shapejit_embedding_bag_shapes& s, unsigned char sentinel,
-                               bool null_when_empty)
+                               bool null_when_empty, shapejit_dtype output_dtype)
     : sentinel_(sentinel), null_when_empty_(null_when_empty) {
+  const size_t out_bytes = output_dtype == SHAPEJIT_F32 ? sizeof(float) : 2;
   const size_t int_bytes = s.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
   elements_[0] = s.output_rows * s.output_cols;
   elements_[1] = s.offset2bag_len;
   elements_[2] = s.bag_size_len;
   elements_[3] = s.max_indices_rows * s.max_indices_cols;
   for (size_t k = 0; k < 4; ++k) {
-    payload_bytes_[k] = static_cast<size_t>(elements_[k]) * (k == 0 ? sizeof(float) : int_bytes);
+    payload_bytes_[k] = static_cast<size_t>(elements_[k]) * (k == 0 ? out_bytes : int_bytes);
     const size_t rounded = (payload_bytes_[k] + 63) / 64 * 64;
     storage_[k].resize(kGuardBytes + rounded + kGuardBytes);
     for (size_t b = 0; b < kGuardBytes; ++b) storage_[k][b] = guard_byte(b);
@@ -454,6 +677,11 @@ shapejit_status GuardedOutputs::run(const shapejit_embedding_bag_args& args) {
                                 data(EmbagOutput::kBagSize), data(EmbagOutput::kMaxIndices));
 }
 
+shapejit_status GuardedOutputs::run(const shapejit_embedding_bag_ex_args& args) {
+  return shapejit_embedding_bag_ex(&args, data(EmbagOutput::kOutput), data(EmbagOutput::kOffset2bag),
+                                   data(EmbagOutput::kBagSize), data(EmbagOutput::kMaxIndices));
+}
+
 std::string GuardedOutputs::check_guards() const {
   for (size_t k = 0; k < 4; ++k) {
     const auto& s = storage_[k];
@@ -475,6 +703,44 @@ bool GuardedOutputs::untouched() const {
     for (size_t b = 0; b < payload_bytes_[k]; ++b)
       if (payload(k)[b] != std::byte{sentinel_}) return false;
   return true;
+}
+
+namespace {
+bool is_nan_element(uint64_t bits, size_t element_bytes) {
+  if (element_bytes == 4) return (bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0;
+  return false;
+}
+}  // namespace
+
+std::string first_output_difference(const GuardedOutputs& want, const GuardedOutputs& got,
+                                    shapejit_dtype output_dtype) {
+  for (EmbagOutput w : kAllEmbagOutputs) {
+    const auto a = want.bytes(w), b = got.bytes(w);
+    if (a.size() != b.size()) return std::string(output_name(w)) + ": sizes differ";
+    const size_t element_bytes = want.elements(w) > 0 ? a.size() / size_t(want.elements(w)) : 1;
+    for (size_t e = 0; e * element_bytes < a.size(); ++e) {
+      if (std::memcmp(a.data() + e * element_bytes, b.data() + e * element_bytes, element_bytes) == 0) continue;
+      uint64_t x = 0, y = 0;
+      std::memcpy(&x, a.data() + e * element_bytes, element_bytes);
+      std::memcpy(&y, b.data() + e * element_bytes, element_bytes);
+      if (w == EmbagOutput::kOutput) {
+        bool nx, ny;
+        if (output_dtype == SHAPEJIT_F32) {
+          nx = is_nan_element(x, 4), ny = is_nan_element(y, 4);
+        } else {
+          const float fx = output_dtype == SHAPEJIT_F16 ? ref::f16_to_f32(uint16_t(x)) : ref::bf16_to_f32(uint16_t(x));
+          const float fy = output_dtype == SHAPEJIT_F16 ? ref::f16_to_f32(uint16_t(y)) : ref::bf16_to_f32(uint16_t(y));
+          nx = std::isnan(fx), ny = std::isnan(fy);
+        }
+        if (nx && ny) continue;
+      }
+      char text[128];
+      std::snprintf(text, sizeof text, "[%zu] differs: want 0x%llx, got 0x%llx", e, static_cast<unsigned long long>(x),
+                    static_cast<unsigned long long>(y));
+      return output_name(w) + std::string(text);
+    }
+  }
+  return got.check_guards();
 }
 
 }  // namespace shapejit::test

@@ -1,0 +1,289 @@
+// Embedding bags over f16, bf16 and rowwise-quantized tables: the library (jit) against its
+// reference (ref) and ATen (aten), side by side in one process with the f32 rows of
+// embedding_bag_bench.cpp.
+//
+// Names: embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads>/<dtype>
+//   dtype f16 bf16 q8 q4 q2 (q = rowwise-quantized rows as torch's prepack writes them; the
+//         f32 rows have no dtype segment)
+//   impl  jit   shapejit_embedding_bag_ex (output f32 for quantized tables, the table's dtype
+//               for f16/bf16), shapejit_set_num_threads(threads)
+//         ref   shapejit::ref::embedding_bag on the same arguments (t1)
+//         aten  torch.embedding_bag for f16 (at::_embedding_bag_forward_only); torch's
+//               quantized::embedding_bag_{byte,4bit,2bit}_rowwise_offsets for q8/q4/q2 in mode
+//               sum only (torch computes a sum in every mode); none for bf16 (t1)
+// Cases: every dtype x {sum, mean, wsum, max} on the 4096 x 128 table with 256 bags x 32
+// indices (the f32 seed workload's data); sum at D = 32 and 512; and the 1,000,000 x 128 cold
+// table, sum, for f16, q8 and q4. The table of a dtype is the f32 workload's table converted
+// (f16/bf16 rounded, quantized by shapejit's prepack), so every dtype reads the same rows.
+// Counters: `bytes` = rows x stored row bytes (packed row incl. its scale and bias), `rows`;
+// embedding_bag_rows.cpp turns them into GBps, Mrows_s, vs_aten and vs_f32.
+//
+// Before its first timing every (impl, case) is checked once against the reference output on
+// index set 0 (widened to f32); a mismatch fails the row.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "aten_dtype_runner.hpp"
+#include "dtype_tables.hpp"
+#include "embag_timing.hpp"
+#include "ref/embedding_bag.hpp"
+#include "ref/float16.hpp"
+#include "shapejit/shapejit.h"
+#include "workload.hpp"
+
+namespace shapejit::bench {
+namespace {
+
+enum class Impl { kAten, kRef, kJit };
+
+const char* impl_name(Impl impl) {
+  switch (impl) {
+    case Impl::kAten: return "aten";
+    case Impl::kRef: return "ref";
+    case Impl::kJit: return "jit";
+  }
+  return "?";
+}
+
+struct ModeSpec {
+  const char* name;
+  shapejit_mode mode;
+  bool weighted;
+};
+
+constexpr ModeSpec kSum{"sum", SHAPEJIT_SUM, false};
+constexpr ModeSpec kMean{"mean", SHAPEJIT_MEAN, false};
+constexpr ModeSpec kWeightedSum{"wsum", SHAPEJIT_SUM, true};
+constexpr ModeSpec kMax{"max", SHAPEJIT_MAX, false};
+
+struct Case {
+  Impl impl;
+  ModeSpec mode;
+  WorkloadSpec data;
+  TableDtype dtype;
+  int threads;
+
+  std::string name() const {
+    return std::string("embedding_bag/") + impl_name(impl) + "/" + mode.name + "/" + data.name() + "/t" +
+           std::to_string(threads) + "/" + dtype.name;
+  }
+  std::string problem() const { return std::string(mode.name) + "/" + data.name() + "/" + dtype.name; }
+};
+
+// The output dtype of a table's calls: the table's for f16/bf16, f32 for quantized tables.
+shapejit_dtype output_dtype(shapejit_dtype table) { return is_quantized(table) ? SHAPEJIT_F32 : table; }
+
+int64_t element_bytes(shapejit_dtype t) { return t == SHAPEJIT_F32 ? 4 : 2; }
+
+shapejit_embedding_bag_ex_args make_args(const Workload& w, const DtypeTable& t, int64_t set, const ModeSpec& mode) {
+  shapejit_embedding_bag_args a{};
+  a.weight = t.data();
+  a.weight_dtype = t.dtype();
+  a.num_rows = w.spec().rows;
+  a.dim = w.spec().dim;
+  a.row_stride = t.row_stride();
+  a.indices = w.indices(set);
+  a.index_dtype = SHAPEJIT_I64;
+  a.num_indices = w.num_indices();
+  a.offsets = w.offsets().data();
+  a.offset_dtype = SHAPEJIT_I64;
+  a.num_offsets = int64_t(w.offsets().size());
+  a.per_sample_weights = mode.weighted ? t.per_sample_weights() : nullptr;
+  a.mode = mode.mode;
+  shapejit_embedding_bag_ex_args ex{};
+  shapejit_embedding_bag_ex_init(&ex, &a);
+  return ex;
+}
+
+// All four outputs of a library-shaped call (jit, ref), the output in the call's dtype.
+struct Outputs {
+  std::vector<uint8_t> output;
+  std::vector<int64_t> offset2bag, bag_size, max_indices;
+  shapejit_dtype dtype;
+
+  Outputs(const shapejit_embedding_bag_shapes& s, shapejit_dtype out_dtype)
+      : output(size_t(s.output_rows * s.output_cols * element_bytes(out_dtype))),
+        offset2bag(size_t(std::max<int64_t>(s.offset2bag_len, 1))),
+        bag_size(size_t(std::max<int64_t>(s.bag_size_len, 1))),
+        max_indices(size_t(std::max<int64_t>(s.max_indices_rows * s.max_indices_cols, 1))),
+        dtype(out_dtype) {}
+
+  std::vector<float> as_f32() const {
+    const size_t n = output.size() / size_t(element_bytes(dtype));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h = 0;
+      if (dtype != SHAPEJIT_F32) std::memcpy(&h, output.data() + 2 * i, 2);
+      if (dtype == SHAPEJIT_F32) std::memcpy(&f[i], output.data() + 4 * i, 4);
+      else f[i] = dtype == SHAPEJIT_F16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h);
+    }
+    return f;
+  }
+};
+
+shapejit_embedding_bag_shapes shapes_of(const shapejit_embedding_bag_ex_args& a) {
+  shapejit_embedding_bag_shapes s{};
+  if (shapejit_embedding_bag_ex_output_shapes(&a, &s) != SHAPEJIT_OK)
+    throw std::runtime_error(std::string("shapejit_embedding_bag_ex_output_shapes: ") + shapejit_last_error());
+  return s;
+}
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual void prepare() {}
+  virtual void run(int64_t set) = 0;
+  virtual std::vector<float> output_f32() const = 0;
+};
+
+class JitRunner final : public Runner {
+ public:
+  JitRunner(const Workload& w, const DtypeTable& t, const ModeSpec& mode, int threads)
+      : w_(w), t_(t), mode_(mode), threads_(threads),
+        out_(shapes_of(make_args(w, t, 0, mode)), output_dtype(t.dtype())) {}
+  void prepare() override {
+    if (shapejit_set_num_threads(threads_) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_set_num_threads: ") + shapejit_last_error());
+  }
+  void run(int64_t set) override {
+    const auto args = make_args(w_, t_, set, mode_);
+    if (shapejit_embedding_bag_ex(&args, out_.output.data(), out_.offset2bag.data(), out_.bag_size.data(),
+                                  out_.max_indices.data()) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_embedding_bag_ex: ") + shapejit_last_error());
+  }
+  std::vector<float> output_f32() const override { return out_.as_f32(); }
+
+ private:
+  const Workload& w_;
+  const DtypeTable& t_;
+  ModeSpec mode_;
+  int threads_;
+  Outputs out_;
+};
+
+class RefRunner final : public Runner {
+ public:
+  RefRunner(const Workload& w, const DtypeTable& t, const ModeSpec& mode)
+      : w_(w), t_(t), mode_(mode), out_(shapes_of(make_args(w, t, 0, mode)), output_dtype(t.dtype())) {}
+  void run(int64_t set) override {
+    ref::embedding_bag(make_args(w_, t_, set, mode_), out_.output.data(), out_.offset2bag.data(),
+                       out_.bag_size.data(), out_.max_indices.data());
+  }
+  std::vector<float> output_f32() const override { return out_.as_f32(); }
+
+ private:
+  const Workload& w_;
+  const DtypeTable& t_;
+  ModeSpec mode_;
+  Outputs out_;
+};
+
+class AtenRunner final : public Runner {
+ public:
+  AtenRunner(const Workload& w, const DtypeTable& t, const ModeSpec& mode)
+      : aten_(w, t, mode.mode == SHAPEJIT_SUM ? 0 : mode.mode == SHAPEJIT_MEAN ? 1 : 2, mode.weighted) {}
+  void prepare() override { aten_.prepare(); }
+  void run(int64_t set) override { aten_.run(set); }
+  std::vector<float> output_f32() const override { return aten_.output_f32(); }
+
+ private:
+  AtenDtypeRunner aten_;
+};
+
+std::unique_ptr<Runner> make_runner(const Case& c, const Workload& w, const DtypeTable& t) {
+  switch (c.impl) {
+    case Impl::kAten: return std::make_unique<AtenRunner>(w, t, c.mode);
+    case Impl::kRef: return std::make_unique<RefRunner>(w, t, c.mode);
+    case Impl::kJit: return std::make_unique<JitRunner>(w, t, c.mode, c.threads);
+  }
+  throw std::logic_error("unknown impl");
+}
+
+// Bitwise where the semantics documents say so (every implementation here, ATen included);
+// the tolerance only keeps a report readable, a wrong row still fails.
+void check_output_once(const Case& c, const Workload& w, const DtypeTable& t, Runner& runner) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<float>> expected_by_problem;
+  static std::map<std::string, bool> checked;
+  std::vector<float> expected;
+  {
+    std::lock_guard lock(mutex);
+    if (checked[c.name()]) return;
+    auto [it, inserted] = expected_by_problem.try_emplace(c.problem());
+    if (inserted) {
+      RefRunner oracle(w, t, c.mode);
+      oracle.run(0);
+      it->second = oracle.output_f32();
+    }
+    expected = it->second;
+  }
+  runner.prepare();
+  runner.run(0);
+  const std::vector<float> got = runner.output_f32();
+  if (got.size() != expected.size()) throw std::runtime_error("output has the wrong size");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double tolerance = 1e-6 * (1.0 + std::fabs(expected[i]));
+    if (!(std::fabs(double(got[i]) - double(expected[i])) <= tolerance))
+      throw std::runtime_error("output[" + std::to_string(i / size_t(w.spec().dim)) + "][" +
+                               std::to_string(i % size_t(w.spec().dim)) + "] = " + std::to_string(got[i]) +
+                               ", reference " + std::to_string(expected[i]));
+  }
+  std::lock_guard lock(mutex);
+  checked[c.name()] = true;
+}
+
+void run_case(benchmark::State& state, const Case& c) {
+  try {
+    Workload& w = workload_for(c.data);
+    const DtypeTable& t = dtype_table_for(w, c.dtype.dtype);
+    const auto runner = make_runner(c, w, t);
+    check_output_once(c, w, t, *runner);
+    runner->prepare();
+    const double rows = double(w.num_indices());
+    time_calls(state, [&](int64_t set) { runner->run(set); }, [&] { return w.next_set(); },
+               {rows * double(t.row_bytes()), rows});
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void register_case(const Case& c) {
+  register_embag_benchmark(c.name(), [c](benchmark::State& s) { run_case(s, c); });
+}
+
+// Per problem: t1 aten (where ATen has the operation), ref, jit; then t2 jit.
+void register_problem(const ModeSpec& mode, const WorkloadSpec& data, const TableDtype& dtype) {
+  const int aten_mode = mode.mode == SHAPEJIT_SUM ? 0 : mode.mode == SHAPEJIT_MEAN ? 1 : 2;
+  if (!aten_dtype_unsupported_reason(dtype.dtype, aten_mode)) register_case({Impl::kAten, mode, data, dtype, 1});
+  if (!data.cold) register_case({Impl::kRef, mode, data, dtype, 1});
+  register_case({Impl::kJit, mode, data, dtype, 1});
+  register_case({Impl::kJit, mode, data, dtype, 2});
+}
+
+bool register_all() {
+  const TableDtype all[] = {kF16Table, kBF16Table, kQ8Table, kQ4Table, kQ2Table};
+  for (const TableDtype& dtype : all)
+    for (const ModeSpec& mode : {kSum, kMean, kWeightedSum, kMax})
+      register_problem(mode, WorkloadSpec{.rows = 4096, .dim = 128, .bags = 256, .mean_len = 32}, dtype);
+  for (int64_t dim : {32, 512})
+    for (const TableDtype& dtype : all)
+      register_problem(kSum, WorkloadSpec{.rows = 4096, .dim = dim, .bags = 256, .mean_len = 32}, dtype);
+  for (const TableDtype& dtype : {kF16Table, kQ8Table, kQ4Table})
+    register_problem(kSum, WorkloadSpec{.rows = 1000000, .dim = 128, .bags = 256, .mean_len = 32, .cold = true},
+                     dtype);
+  return true;
+}
+
+[[maybe_unused]] const bool kRegistered = register_all();
+
+}  // namespace
+}  // namespace shapejit::bench

@@ -1,0 +1,129 @@
+// X86EmbagEmitter: every primitive that depends on the table dtype (key.table), the output
+// dtype (key.out) or the per-sample-weight dtype (key.psw). This is the one place a dtype plugs
+// in: f32 tables are emitted here inline (memory operands of vaddps / vfmadd231ps); f16, bf16
+// and the rowwise-quantized Q8/Q4/Q2 go through X86TableOps (jit/x86/embag_table_ops.hpp),
+// which holds their loads, arithmetic (quantized-tables-semantics.md) and output rounding.
+//
+// Registers: the dtype's extra vector / k registers are taken in plan_table_scratch (called
+// before the accumulator slots are assigned); X86TableOps needs no general-purpose register
+// beyond kScratch (its setup runs once per call in load_args). Rows: form_row_address has made
+// kRow the row's byte offset, so column `col` is row_mem(col) = [kWeight + kRow + row_disp(col)]
+// and the row's trailer (quantized scale and bias) is row_mem(key().dim).
+#include <cstddef>
+
+#include "jit/x86/embag_emitter.hpp"
+
+namespace shapejit::jit {
+
+using namespace asmjit;
+
+// f32: AVX2 tails of sum and mean are loaded into xtmp_ (and the part beyond 4 columns into
+// xtmp2_); max loads into xtmp_ anyway (taken by plan_registers). Other dtypes: what
+// X86TableOps asks for.
+void X86EmbagEmitter::plan_table_scratch() {
+  if (key().table != DType::kF32) {
+    ops_.emplace(key(), a_);
+    const X86TableNeeds n = ops_->needs();
+    std::vector<uint32_t> vec_ids, k_ids;
+    for (uint32_t i = 0; i < n.vecs; ++i) vec_ids.push_back(vecs_.take());
+    for (uint32_t i = 0; i < n.kregs; ++i) k_ids.push_back(kregs_.take());
+    ops_->bind(std::move(vec_ids), std::move(k_ids));
+    return;
+  }
+  const bool avx2_tail = !t_.avx512 && tail() != 0;
+  if (key().mode == Mode::kMax || !avx2_tail) return;
+  xtmp_ = vecs_.take();
+  if (tail() > 4) xtmp2_ = vecs_.take();
+}
+
+// Weighted sum: the row's weight in every lane of bcast_ (f32), or X86TableOps' row registers
+// (the weight; a quantized row's scale and bias, weighted).
+// A quantized row's trailer is row_mem(dim), except inside a run-time block loop (kWeight has
+// moved by the iterations done): there it is addressed from the table base, reloaded into
+// kScratch (free here; no spare GPR in the worst keys), one load per row and block.
+void X86EmbagEmitter::row_setup() {
+  if (ops_) {
+    const x86::Mem weight = ops_->weight_mem(psw_, gp(G::kPos));
+    x86::Mem trailer = row_mem(key().dim);
+    if (in_block_loop() && embag_row_trailer_bytes(key().table) > 0) {
+      a_.mov(gp(G::kScratch), arg_mem(offsetof(EmbagKernelArgs, weight)));
+      trailer = x86::ptr(gp(G::kScratch), gp(G::kRow), 0, static_cast<int32_t>(embag_col_bytes(key().table, key().dim)));
+    }
+    ops_->row_setup(trailer, key().weighted ? &weight : nullptr);
+    return;
+  }
+  if (!key().weighted) return;
+  a_.vbroadcastss(vec(bcast_), x86::dword_ptr(psw_, gp(G::kPos), 2));
+}
+
+// acc += x (sum, mean) or acc = fma(w, x, acc) (weighted), per vector of the block, with x a
+// memory operand (AVX-512 tails: masked lanes keep +0.0 and fault-suppress); other dtypes by
+// their rule (X86TableOps::accumulate).
+void X86EmbagEmitter::accumulate(const EmbagBlock& blk) {
+  if (ops_) {
+    for (int64_t j = 0; j < blk.num_vecs; ++j) {
+      const int64_t v = blk.first_vec + j;
+      ops_->accumulate(acc(j), row_mem(v * t_.lanes), vec_cols(v));
+    }
+    return;
+  }
+  const x86::Vec w = vec(bcast_);
+  for (int64_t j = 0; j < blk.num_vecs; ++j) {
+    const int64_t v = blk.first_vec + j;
+    const x86::Vec a = vec(acc(j));
+    const x86::Mem x = row_mem(v * t_.lanes);
+    if (is_tail(v) && !t_.avx512) {
+      const x86::Vec tmp = vec(xtmp_);
+      load_tail_avx2(tmp, x, tail(), x86::xmm(xtmp2_));
+      if (key().weighted) a_.vfmadd231ps(a, w, tmp);
+      else a_.vaddps(a, a, tmp);
+      continue;
+    }
+    if (is_tail(v)) a_.k(k_tail_);
+    if (key().weighted) a_.vfmadd231ps(a, w, x);
+    else a_.vaddps(a, a, x);
+  }
+}
+
+// Max: `cols` columns as f32 into dst (tails: the other lanes 0 for f32, unspecified for other
+// dtypes; never stored). An AVX2 f32 tail needs a spare register: vcmp_ while loading
+// max_input() (free until the compare), else xtmp_.
+void X86EmbagEmitter::load_value(uint32_t dst, int64_t first_col, int64_t cols) {
+  const x86::Mem x = row_mem(first_col);
+  if (ops_) return ops_->load_value(dst, x, cols);
+  const x86::Vec d = vec(dst);
+  if (cols == t_.lanes) a_.vmovups(d, x);
+  else if (t_.avx512) a_.k(k_tail_).z().vmovups(d, x);
+  else load_tail_avx2(d, x, cols, vec(dst == xtmp_ ? vcmp_ : xtmp_).xmm());
+}
+
+// Mean: IEEE division by (float)max(count, 1), broadcast into bcast_ once per block (f16/bf16
+// tables round the count and the sum to the table dtype first: X86TableOps).
+void X86EmbagEmitter::mean_divisor() {
+  if (ops_) return ops_->mean_divisor(bcast_, gp(G::kCount), gp(G::kScratch));
+  const x86::Gp s = gp(G::kScratch), count = gp(G::kCount);
+  const x86::Vec div = vec(bcast_);
+  a_.mov(s.r32(), 1);
+  a_.cmp(count, 1);
+  a_.cmovg(s, count);
+  a_.vcvtsi2ss(div.xmm(), div.xmm(), s);
+  a_.vbroadcastss(div, div.xmm());
+}
+
+void X86EmbagEmitter::mean_finish(uint32_t acc_id) {
+  if (ops_) return ops_->mean_finish(acc_id, bcast_);
+  a_.vdivps(vec(acc_id), vec(acc_id), vec(bcast_));
+}
+
+// f32 output of an f32 table: the vector as is; tails store exactly their columns. Other
+// tables: converted to key.out (rounded to nearest even) by X86TableOps.
+void X86EmbagEmitter::store_output(uint32_t src, int64_t first_col, int64_t cols) {
+  const x86::Mem dst = x86::ptr(gp(G::kOut), static_cast<int32_t>(out_disp(first_col)));
+  if (ops_) return ops_->store_output(dst, src, cols);
+  const x86::Vec s = vec(src);
+  if (cols == t_.lanes) a_.vmovups(dst, s);
+  else if (t_.avx512) a_.k(k_tail_).vmovups(dst, s);
+  else store_tail_avx2(dst, s, cols, 4, x86::xmm(xtmp_));
+}
+
+}  // namespace shapejit::jit

@@ -1,0 +1,454 @@
+// X86TableOps, first part: registers, constants, row setup, loads and the accumulate and
+// dequantize arithmetic. The rules are quantized-tables-semantics.md's; the scalar forms they
+// must equal bitwise are ref/table_rows.hpp's (quantized_step, dequantized_value).
+//
+// Instructions per vector of columns (AVX2: 8, AVX-512: 16), row setup excluded:
+//   f32 1 (add/fma with a memory operand), f16 2 (vcvtph2ps), bf16 3 (zero-extend, shift; 4
+//   weighted: multiply, then add),
+//   Q4 6 (AVX2: broadcast, shift the nibble to the top and back, convert; AVX-512: gather the
+//   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), each + add + fma,
+//   Q8 13 (the f64 step: two halves of converts and a double fma, rounded to f32 once); weighted
+//   Q4/Q2 take the f64 step too (Q4 16, Q2 15).
+#include "jit/x86/embag_table_ops.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::jit {
+
+using namespace asmjit;
+
+namespace {
+
+x86::Mem at(const x86::Mem& m, int64_t offset, uint32_t size) {
+  x86::Mem r = m.cloneAdjusted(offset);
+  r.setSize(size);
+  return r;
+}
+
+[[noreturn]] void internal(const std::string& why) {
+  throw Error(Status::kInternalError, "x86 table ops: " + why);
+}
+
+}  // namespace
+
+X86TableOps::X86TableOps(const EmbagKey& key, x86::Assembler& a)
+    : key_(key), a_(a), avx512_(key.isa == Isa::kAvx512), lanes_(avx512_ ? 16 : 8), tail_(key.dim % lanes_) {
+  if (key.isa != Isa::kAvx512 && key.isa != Isa::kAvx2) internal("not an x86 ISA");
+  if (key.table == DType::kQ4 && key.dim % 2 != 0) internal("Q4 rows need an even dim");
+  if (key.table == DType::kQ2 && key.dim % 4 != 0) internal("Q2 rows need a dim divisible by 4");
+}
+
+int64_t X86TableOps::col_bytes(DType dtype, int64_t cols) {
+  switch (dtype) {
+    case DType::kF32: return cols * 4;
+    case DType::kF16:
+    case DType::kBF16: return cols * 2;
+    case DType::kQ8: return cols;
+    case DType::kQ4: return (cols + 1) / 2;
+    case DType::kQ2: return (cols + 3) / 4;
+    default: internal("not a table or output dtype");
+  }
+}
+
+// Temporaries: the most any op of this key uses at once.
+int64_t X86TableOps::temps_needed() const {
+  int64_t n = 0;
+  switch (key_.table) {
+    case DType::kF32:  // AVX2 tails: the loaded columns (accumulate) and the upper part
+      n = avx512_ || tail_ == 0 ? 0 : (key_.mode == Mode::kMax ? 0 : 1) + (tail_ > 4 ? 1 : 0);
+      break;
+    case DType::kQ8: n = key_.mode == Mode::kMax ? 2 : 3; break;
+    case DType::kQ4:
+    case DType::kQ2: n = key_.weighted && key_.mode == Mode::kSum ? 3 : 1; break;  // weighted: the f64 step
+    default: n = 1;
+  }
+  const int64_t bf16_round = avx512_ ? 2 : 3;  // AVX-512 keeps the NaN mask in k_temp_
+  if (quantized() && (key_.weighted || key_.mode == Mode::kMax)) n = std::max<int64_t>(n, 1);
+  if (key_.out == DType::kF32 && !avx512_ && tail_ > 4) n = std::max<int64_t>(n, 1);
+  if (key_.out == DType::kF16) n = std::max<int64_t>(n, 1);
+  if (key_.out == DType::kBF16) n = std::max(n, bf16_round);
+  if (key_.mode == Mode::kMean && key_.table == DType::kF16) n = std::max<int64_t>(n, 1);
+  if (key_.mode == Mode::kMean && key_.table == DType::kBF16) n = std::max(n, bf16_round);
+  return n;
+}
+
+X86TableNeeds X86TableOps::needs() const {
+  uint32_t consts = key_.table == DType::kQ4 ? (avx512_ ? 3 : 1) : key_.table == DType::kQ2 ? 2 : 0;
+  uint32_t row = quantized() ? 2 : key_.weighted ? 1 : 0;
+  X86TableNeeds n;
+  n.vecs = consts + row + static_cast<uint32_t>(temps_needed());
+  if (avx512_) {
+    const bool nbit = key_.table == DType::kQ4 || key_.table == DType::kQ2;
+    n.kregs = (tail_ != 0 ? (nbit ? 2 : 1) : 0) +
+              ((key_.out == DType::kBF16 || (key_.mode == Mode::kMean && key_.table == DType::kBF16)) ? 1 : 0);
+  }
+  return n;
+}
+
+void X86TableOps::bind(std::vector<uint32_t> vec_ids, std::vector<uint32_t> k_ids) {
+  const X86TableNeeds n = needs();
+  if (vec_ids.size() != n.vecs || k_ids.size() != n.kregs) internal("bind: wrong register count");
+  size_t next = 0;
+  const size_t consts = key_.table == DType::kQ4 ? (avx512_ ? 3 : 1) : key_.table == DType::kQ2 ? 2 : 0;
+  consts_.assign(vec_ids.begin(), vec_ids.begin() + long(consts));
+  next = consts;
+  if (quantized()) scale_ = vec_ids[next++], bias_ = vec_ids[next++];
+  else if (key_.weighted) weight_ = vec_ids[next++];
+  temps_.assign(vec_ids.begin() + long(next), vec_ids.end());
+  size_t k = 0;
+  if (avx512_ && tail_ != 0) {
+    k_load_ = x86::k(k_ids[k++]);
+    k_store_ = (key_.table == DType::kQ4 || key_.table == DType::kQ2) ? x86::k(k_ids[k++]) : k_load_;
+  }
+  if (k < k_ids.size()) k_temp_ = x86::k(k_ids[k++]);
+}
+
+x86::Vec X86TableOps::vec(uint32_t id) const {
+  return avx512_ ? x86::Vec(x86::zmm(id)) : x86::Vec(x86::ymm(id));
+}
+
+bool X86TableOps::full(int64_t cols) const {
+  if (cols == lanes_) return true;
+  if (cols < 1 || cols > lanes_) internal("columns out of range");
+  if (avx512_ && cols != tail_) internal("AVX-512 partial vectors must be the row's tail");
+  if ((key_.table == DType::kQ4 && cols % 2) || (key_.table == DType::kQ2 && cols % 4))
+    internal("Q4/Q2 blocks hold whole bytes of codes");
+  return false;
+}
+
+x86::Mem X86TableOps::weight_mem(const x86::Gp& psw, const x86::Gp& pos) const {
+  return x86::ptr(psw, pos, key_.psw == DType::kF32 ? 2 : 1);
+}
+
+// Setup -----------------------------------------------------------------------------------------
+
+// A vector of `lanes_` small constants (bytes[i] in lane i) built from immediates, as int32 or
+// converted to f32.
+void X86TableOps::load_byte_constant(uint32_t id, const uint8_t* bytes, bool to_float, const x86::Gp& scratch) {
+  auto qword = [&](int64_t first) {
+    uint64_t q = 0;
+    for (int64_t i = 7; i >= 0; --i) q = q << 8 | bytes[first + i];
+    return q;
+  };
+  const x86::Vec v = vec(id);
+  a_.mov(scratch, qword(0));
+  a_.vmovq(v.xmm(), scratch);
+  if (avx512_) {
+    a_.mov(scratch, qword(8));
+    a_.vpinsrq(v.xmm(), v.xmm(), scratch, 1);
+  }
+  a_.vpmovzxbd(v, v.xmm());
+  if (to_float) a_.vcvtdq2ps(v, v);
+}
+
+void X86TableOps::setup(const x86::Gp& scratch) {
+  uint8_t shift[16], table[16], perm[16];
+  if (key_.table == DType::kQ4 && !avx512_) {
+    for (int j = 0; j < 8; ++j) shift[j] = uint8_t(28 - 4 * j);  // nibble j to the top bits
+    load_byte_constant(consts_[0], shift, false, scratch);
+  } else if (key_.table == DType::kQ4) {
+    for (int j = 0; j < 16; ++j) perm[j] = uint8_t(j / 8), shift[j] = uint8_t(4 * (j % 8)), table[j] = uint8_t(j);
+    load_byte_constant(consts_[0], perm, false, scratch);
+    load_byte_constant(consts_[1], shift, false, scratch);
+    load_byte_constant(consts_[2], table, true, scratch);
+  } else if (key_.table == DType::kQ2) {
+    // vpermps reads the low 3 (ymm) or 4 (zmm) bits of each lane: a crumb and bits of the next,
+    // which the table ignores.
+    for (int j = 0; j < 16; ++j) shift[j] = uint8_t(2 * j), table[j] = uint8_t(j & 3);
+    load_byte_constant(consts_[0], shift, false, scratch);
+    load_byte_constant(consts_[1], table, true, scratch);
+  }
+  if (avx512_ && tail_ != 0) {
+    const int64_t load_bits = key_.table == DType::kQ4 ? tail_ / 2 : key_.table == DType::kQ2 ? tail_ / 4 : tail_;
+    a_.mov(scratch.r32(), (1u << load_bits) - 1);
+    a_.kmovw(k_load_, scratch.r32());
+    if (k_store_ != k_load_) {
+      a_.mov(scratch.r32(), (1u << tail_) - 1);
+      a_.kmovw(k_store_, scratch.r32());
+    }
+  }
+}
+
+// Row setup --------------------------------------------------------------------------------------
+
+// dst = the weight at m, widened to f32, in every lane.
+void X86TableOps::broadcast_weight(const x86::Vec& dst, const x86::Mem& m) {
+  switch (key_.psw) {
+    case DType::kF32: a_.vbroadcastss(dst, at(m, 0, 4)); break;
+    case DType::kF16:
+      a_.vpbroadcastw(dst.half(), at(m, 0, 2));
+      a_.vcvtph2ps(dst, dst.half());
+      break;
+    case DType::kBF16:
+      a_.vpbroadcastw(dst, at(m, 0, 2));
+      a_.vpslld(dst, dst, 16);
+      break;
+    default: internal("per-sample weights must be f32, f16 or bf16");
+  }
+}
+
+// Quantized rows: s = f32(w * scale) and b = f32(w * bias) (B4). Q8 keeps s as an f64 broadcast
+// for the double step; max keeps scale and 0 + bias (as f64 for Q8), the dequantization's terms.
+void X86TableOps::row_setup(const x86::Mem& trailer, const x86::Mem* weight) {
+  const bool weighted = key_.weighted && key_.mode == Mode::kSum;
+  if (weighted && weight == nullptr) internal("row_setup: weighted key without a weight");
+  if (!quantized()) {
+    if (weighted) broadcast_weight(vec(weight_), *weight);
+    return;
+  }
+  const x86::Vec s = vec(scale_), b = vec(bias_);
+  const bool max = key_.mode == Mode::kMax;
+  if (weighted) broadcast_weight(temp(0), *weight);
+  if (key_.table == DType::kQ8) {
+    const x86::Xmm w = temp(0).xmm();
+    if (weighted) {
+      a_.vmulss(s.xmm(), w, at(trailer, 0, 4));
+      a_.vcvtss2sd(s.xmm(), s.xmm(), s.xmm());
+    } else {
+      a_.vcvtss2sd(s.xmm(), s.xmm(), at(trailer, 0, 4));
+    }
+    a_.vbroadcastsd(s, s.xmm());
+    if (max) {
+      a_.vxorps(w, w, w);
+      a_.vaddss(b.xmm(), w, at(trailer, 4, 4));  // 0 + bias: -0.0 becomes +0.0
+      a_.vcvtss2sd(b.xmm(), b.xmm(), b.xmm());
+      a_.vbroadcastsd(b, b.xmm());
+    } else if (weighted) {
+      a_.vmulss(b.xmm(), w, at(trailer, 4, 4));
+      a_.vbroadcastss(b, b.xmm());
+    } else {
+      a_.vbroadcastss(b, at(trailer, 4, 4));
+    }
+    return;
+  }
+  // Q4/Q2: f16 scale and bias, widened exactly.
+  a_.vpbroadcastw(s.half(), at(trailer, 0, 2));
+  a_.vcvtph2ps(s, s.half());
+  a_.vpbroadcastw(b.half(), at(trailer, 2, 2));
+  a_.vcvtph2ps(b, b.half());
+  if (weighted) {  // s = f32(w * scale) has up to 24 bits: the step needs f64 (see q_step)
+    a_.vmulps(s, s, temp(0));
+    a_.vmulps(b, b, temp(0));
+    a_.vcvtps2pd(s, s.half());
+  }
+  if (max) {
+    a_.vxorps(temp(0), temp(0), temp(0));
+    a_.vaddps(b, temp(0), b);
+  }
+}
+
+// Loads -----------------------------------------------------------------------------------------
+
+// dst = `cols` elements of a float table as f32. Full f32 vectors are left to the caller's
+// memory operand where it can take one (accumulate).
+void X86TableOps::load_float_cols(const x86::Vec& dst, const x86::Mem& m, int64_t cols) {
+  const bool whole = full(cols);
+  const int64_t bytes = col_bytes(key_.table, cols);
+  const uint32_t vbytes = static_cast<uint32_t>(lanes_ * 4);
+  switch (key_.table) {
+    case DType::kF32:
+      if (whole) a_.vmovups(dst, at(m, 0, vbytes));
+      else if (avx512_) a_.k(k_load_).z().vmovups(dst, at(m, 0, vbytes));
+      else load_exact_wide(dst, m, bytes, bytes <= 16 ? dst : dst.id() == temps_[0] ? temp(1) : temp(0));
+      return;
+    case DType::kF16:
+      if (whole) {
+        a_.vcvtph2ps(dst, at(m, 0, vbytes / 2));
+        return;
+      }
+      masked_load(dst.half(), m, 2, bytes);
+      a_.vcvtph2ps(dst, dst.half());
+      return;
+    case DType::kBF16:
+      if (whole) {
+        a_.vpmovzxwd(dst, at(m, 0, vbytes / 2));
+      } else {
+        masked_load(dst.half(), m, 2, bytes);
+        a_.vpmovzxwd(dst, dst.half());
+      }
+      a_.vpslld(dst, dst, 16);
+      return;
+    default: internal("not a float table");
+  }
+}
+
+// dst = the codes of `cols` columns: f32 lanes for Q4/Q2, uint32 lanes for Q8 (whose f64 step
+// converts each half itself).
+void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t cols) {
+  const bool whole = full(cols);
+  const int64_t bytes = col_bytes(key_.table, cols);
+  switch (key_.table) {
+    case DType::kQ8:
+      if (whole) a_.vpmovzxbd(dst, at(m, 0, uint32_t(lanes_)));
+      else {
+        masked_load(dst.xmm(), m, 1, bytes);
+        a_.vpmovzxbd(dst, dst.xmm());
+      }
+      return;
+    case DType::kQ4:
+      // Column j is nibble j of the little-endian dword of its 8 columns.
+      if (!avx512_) {
+        if (whole) a_.vpbroadcastd(dst, at(m, 0, 4));
+        else if (bytes == 1) a_.vpbroadcastb(dst, at(m, 0, 1));  // lanes >= cols read copies
+        else if (bytes == 2) a_.vpbroadcastw(dst, at(m, 0, 2));
+        else {
+          load_exact(dst.xmm(), m, bytes);
+          a_.vpbroadcastd(dst, dst.xmm());
+        }
+        a_.vpsllvd(dst, dst, cnst(0));  // nibble j to bits 28-31
+        a_.vpsrld(dst, dst, 28);
+        a_.vcvtdq2ps(dst, dst);
+        return;
+      }
+      if (whole) a_.vmovq(dst.xmm(), at(m, 0, 8));
+      else masked_load(dst.xmm(), m, 1, bytes);
+      a_.vpermd(dst, cnst(0), dst);     // lanes 0-7: dword 0, lanes 8-15: dword 1
+      a_.vpsrlvd(dst, dst, cnst(1));    // nibble j % 8 to the low bits
+      a_.vpermps(dst, dst, cnst(2));    // low 4 bits -> 0.0f .. 15.0f
+      return;
+    case DType::kQ2:
+      // Column j is crumb j of the little-endian word (AVX2) or dword (AVX-512) of its columns.
+      if (avx512_) {
+        if (whole) a_.vpbroadcastd(dst, at(m, 0, 4));
+        else {
+          masked_load(dst.xmm(), m, 1, bytes);
+          a_.vpbroadcastd(dst, dst.xmm());
+        }
+      } else {
+        if (whole) a_.vpbroadcastw(dst, at(m, 0, 2));
+        else a_.vpbroadcastb(dst, at(m, 0, 1));  // 4 columns: one byte
+      }
+      a_.vpsrlvd(dst, dst, cnst(0));
+      a_.vpermps(dst, dst, cnst(1));  // low bits -> crumb as f32
+      return;
+    default: internal("not a quantized table");
+  }
+}
+
+// The f64 accumulate step on the codes in temp(0) (uint32 lanes, or f32 lanes when
+// `float_codes`): acc = f32(f64(s) * q + f64(f32(acc + b))), one half of the lanes at a time in
+// f64. B4: fmaf differs in rare cases for Q8, and for weighted Q4/Q2 (s = f32(w * scale) has up
+// to 24 bits, so s * q can be an f32 midpoint, e.g. s = 0x1.2309acp+19, q = 14, t = 0x1.d032p-68).
+void X86TableOps::q_step(const x86::Vec& acc, int64_t cols, bool float_codes) {
+  const x86::Vec q = temp(0), t1 = temp(1), t2 = temp(2), s = vec(scale_);
+  auto widen_codes = [&](const x86::Vec& dst, const x86::Vec& src_half) {
+    if (float_codes) a_.vcvtps2pd(dst, src_half);
+    else a_.vcvtdq2pd(dst, src_half);
+  };
+  a_.vaddps(acc, acc, vec(bias_));     // t = f32(acc + b)
+  widen_codes(t1, q.half());           // codes, low half
+  a_.vcvtps2pd(t2, acc.half());        // t, low half
+  a_.vfmadd231pd(t2, t1, s);           // s * q + t, rounded once in f64
+  if (cols <= lanes_ / 2) {
+    a_.vcvtpd2ps(acc.half(), t2);
+    return;
+  }
+  if (avx512_) {
+    a_.vextracti64x4(q.half(), q, 1);
+    widen_codes(t1, q.half());
+    a_.vextractf64x4(q.half(), acc, 1);
+  } else {
+    a_.vextracti128(q.half(), q, 1);
+    widen_codes(t1, q.half());
+    a_.vextractf128(q.half(), acc, 1);
+  }
+  a_.vcvtps2pd(q, q.half());
+  a_.vfmadd231pd(q, t1, s);
+  a_.vcvtpd2ps(t2.half(), t2);
+  a_.vcvtpd2ps(q.half(), q);
+  if (avx512_) a_.vinsertf64x4(acc, t2, q.half(), 1);
+  else a_.vinsertf128(acc, t2, q.half(), 1);
+}
+
+// The Q8 dequantized value of uint32 codes in temp(0): dst = f32(f64(scale) * q + f64(0 + bias)).
+void X86TableOps::q8_dequantize(const x86::Vec& dst, int64_t cols) {
+  const x86::Vec q = temp(0), t1 = temp(1), s = vec(scale_), b = vec(bias_);
+  a_.vcvtdq2pd(t1, q.half());
+  a_.vfmadd213pd(t1, s, b);
+  if (cols <= lanes_ / 2) {
+    a_.vcvtpd2ps(dst.half(), t1);
+    return;
+  }
+  if (avx512_) a_.vextracti64x4(q.half(), q, 1);
+  else a_.vextracti128(q.half(), q, 1);
+  a_.vcvtdq2pd(q, q.half());
+  a_.vfmadd213pd(q, s, b);
+  a_.vcvtpd2ps(dst.half(), t1);
+  a_.vcvtpd2ps(q.half(), q);
+  if (avx512_) a_.vinsertf64x4(dst, dst, q.half(), 1);
+  else a_.vinsertf128(dst, dst, q.half(), 1);
+}
+
+// Accumulate and load_value ---------------------------------------------------------------------
+
+void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
+  const x86::Vec acc = vec(acc_id);
+  const bool whole = full(cols);
+  const bool weighted = key_.weighted && key_.mode == Mode::kSum;
+  switch (key_.table) {
+    case DType::kF32:
+      if (whole || avx512_) {  // AVX-512 tails: masked lanes keep acc and fault-suppress
+        const x86::Mem x = at(m, 0, uint32_t(lanes_ * 4));
+        if (!whole) a_.k(k_load_);
+        if (weighted) a_.vfmadd231ps(acc, vec(weight_), x);
+        else a_.vaddps(acc, acc, x);
+        return;
+      }
+      [[fallthrough]];
+    case DType::kF16:
+    case DType::kBF16:
+      load_float_cols(temp(0), m, cols);
+      if (!weighted) {
+        a_.vaddps(acc, acc, temp(0));
+      } else if (key_.table == DType::kBF16) {
+        // f32(acc + f32(w * x)): a bf16 product is exact only inside f32's range (bf16 has its
+        // exponents), so an fma differs where w * x overflows or underflows.
+        a_.vmulps(temp(0), temp(0), vec(weight_));
+        a_.vaddps(acc, acc, temp(0));
+      } else {
+        a_.vfmadd231ps(acc, vec(weight_), temp(0));  // f16 x f16 is exact in f32: fma == mul + add
+      }
+      return;
+    case DType::kQ8:
+      load_codes(temp(0), m, cols);
+      q_step(acc, cols, false);
+      return;
+    case DType::kQ4:
+    case DType::kQ2:
+      load_codes(temp(0), m, cols);
+      if (weighted) {
+        q_step(acc, cols, true);
+        return;
+      }
+      // Unweighted, s is the f16 scale (11 bits) and s * q has at most 15 bits: never an f32
+      // midpoint, so fmaf(s, q, t) equals the f64 step.
+      a_.vaddps(acc, acc, vec(bias_));              // t = f32(acc + b)
+      a_.vfmadd231ps(acc, temp(0), vec(scale_));
+      return;
+    default: internal("unknown table dtype");
+  }
+}
+
+void X86TableOps::load_value(uint32_t dst_id, const x86::Mem& m, int64_t cols) {
+  const x86::Vec dst = vec(dst_id);
+  switch (key_.table) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: load_float_cols(dst, m, cols); return;
+    case DType::kQ8:
+      load_codes(temp(0), m, cols);
+      q8_dequantize(dst, cols);
+      return;
+    case DType::kQ4:
+    case DType::kQ2:
+      load_codes(dst, m, cols);
+      a_.vfmadd213ps(dst, vec(scale_), vec(bias_));  // fmaf(scale, q, 0 + bias)
+      return;
+    default: internal("unknown table dtype");
+  }
+}
+
+}  // namespace shapejit::jit

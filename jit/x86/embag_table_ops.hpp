@@ -1,0 +1,114 @@
+// The table-dtype part of the x86 embedding-bag kernels, for AVX-512 (zmm, k-mask tails) and
+// AVX2 (ymm, exact-width tail moves): reading a column block of a row of any table dtype as f32
+// lanes, the accumulate and dequantize arithmetic of quantized-tables-semantics.md (A1/A2, B4,
+// beyond-ATen 3 and 5), and storing f32 lanes as the output dtype. The kernel's control flow
+// (loops, padding, counts, max blend) stays with the caller; these ops only see registers and
+// memory operands.
+//
+// Registers: the caller reserves needs().vecs vector and needs().kregs mask registers for the
+// whole kernel and hands them over with bind(). Some hold constants from setup() (once per
+// call), some the current row's scale and bias from row_setup(), the rest are clobbered by any
+// op. The caller's own registers are only read or written as each op states.
+//
+// Memory: every `cols` operand is the address of the block's first column (base + index +
+// displacement, e.g. [table + row + col_bytes(first_col)]); an op reads exactly the bytes of
+// those `cols` columns, never a byte after them (AVX-512 through fault-suppressing masked moves,
+// AVX2 through 1/2/4/8/16-byte moves: qemu faults on masked AVX2 lanes at a page end).
+#pragma once
+
+#include <asmjit/x86.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "jit/embag_kernel.hpp"
+
+namespace shapejit::jit {
+
+/// Registers X86TableOps needs, besides the caller's accumulators.
+struct X86TableNeeds {
+  uint32_t vecs = 0;   ///< vector registers (any ids; AVX-512 may use zmm16-31)
+  uint32_t kregs = 0;  ///< AVX-512 mask registers (k1-k7)
+};
+
+/// Emits the dtype-specific steps for one EmbagKey (key.isa kAvx512 or kAvx2; table, out, psw,
+/// weighted, mode and dim are read). Columns per vector: 16 (AVX-512) or 8 (AVX2); a block of
+/// fewer columns is the row's last (dim % lanes columns): its masks are set up by setup().
+/// Q4 blocks hold an even number of columns and Q2 blocks a multiple of 4 (the formats' D).
+class X86TableOps {
+ public:
+  X86TableOps(const EmbagKey& key, asmjit::x86::Assembler& a);
+
+  bool avx512() const { return avx512_; }
+  int64_t lanes() const { return lanes_; }
+  X86TableNeeds needs() const;
+  /// Hands over exactly needs().vecs vector ids and needs().kregs mask ids (1..7).
+  void bind(std::vector<uint32_t> vec_ids, std::vector<uint32_t> k_ids);
+
+  /// Bytes of `cols` columns of a row or output of `dtype` (f32 4, f16/bf16 2, Q8 1, Q4 1/2,
+  /// Q2 1/4 per column; Q4/Q2 rounded up, so col_bytes(t, D) is where the row's scale starts).
+  static int64_t col_bytes(DType dtype, int64_t cols);
+  /// Bytes from a row's column 0 to its scale (quantized tables).
+  int64_t trailer_offset() const { return col_bytes(key_.table, key_.dim); }
+  /// The per-sample weight of position `pos` in the array at `psw` (key.psw elements).
+  asmjit::x86::Mem weight_mem(const asmjit::x86::Gp& psw, const asmjit::x86::Gp& pos) const;
+
+  /// Once per kernel call, before any other op: constants and tail masks. Clobbers `scratch`.
+  void setup(const asmjit::x86::Gp& scratch);
+  /// Once per row (and column block) before accumulate/load_value of that row: quantized
+  /// tables read scale and bias at `trailer` (the row's byte trailer_offset()); weighted sums
+  /// read the weight at `*weight` (weight_mem). Float tables without weights emit nothing.
+  void row_setup(const asmjit::x86::Mem& trailer, const asmjit::x86::Mem* weight);
+  /// acc (f32 lanes, register id) += the row's `cols` columns at `cols_mem`, by the table's
+  /// rule: f32(acc + x), fma(w, x, acc), or the quantized step acc = f64(s*q + f32(acc + b))
+  /// (unweighted Q4/Q2 by fmaf, which equals it there).
+  /// Lanes >= cols of acc get unspecified finite-or-not values (never stored).
+  void accumulate(uint32_t acc, const asmjit::x86::Mem& cols_mem, int64_t cols);
+  /// dst = the row's `cols` columns as f32 (quantized: the dequantized value of beyond-ATen 3).
+  /// Lanes >= cols are unspecified.
+  void load_value(uint32_t dst, const asmjit::x86::Mem& cols_mem, int64_t cols);
+  /// Mean: div = (float)max(count, 1) broadcast, rounded to the table dtype for f16/bf16
+  /// tables (A1 3). Clobbers `scratch`.
+  void mean_divisor(uint32_t div, const asmjit::x86::Gp& count, const asmjit::x86::Gp& scratch);
+  /// Mean: acc = acc / div, f16/bf16 tables rounding acc to the table dtype first; the store's
+  /// own rounding then gives rnd(rnd(acc) / rnd(count)).
+  void mean_finish(uint32_t acc, uint32_t div);
+  /// Stores the first `cols` lanes of `src` (f32) at `dst` as key.out, rounded to nearest even
+  /// (bf16 NaN -> a quiet NaN of the same sign, as ref/float16.hpp). `src` is left unchanged.
+  void store_output(const asmjit::x86::Mem& dst, uint32_t src, int64_t cols);
+
+ private:
+  asmjit::x86::Vec vec(uint32_t id) const;
+  asmjit::x86::Vec temp(size_t i) const { return vec(temps_.at(i)); }
+  asmjit::x86::Vec cnst(size_t i) const { return vec(consts_.at(i)); }
+  bool quantized() const { return is_quantized_table(key_.table); }
+  bool full(int64_t cols) const;  // checks cols: lanes, or the row's tail
+  int64_t temps_needed() const;
+
+  // Loads (embag_table_ops.cpp).
+  void load_byte_constant(uint32_t id, const uint8_t* bytes, bool to_float, const asmjit::x86::Gp& scratch);
+  void broadcast_weight(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m);
+  void load_float_cols(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
+  void load_codes(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
+  void q_step(const asmjit::x86::Vec& acc, int64_t cols, bool float_codes);
+  void q8_dequantize(const asmjit::x86::Vec& dst, int64_t cols);
+
+  // Stores, rounding, exact-width moves (embag_table_ops_store.cpp).
+  void load_exact(const asmjit::x86::Xmm& dst, const asmjit::x86::Mem& m, int64_t bytes);
+  void load_exact_wide(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t bytes,
+                       const asmjit::x86::Vec& spare);
+  void store_exact(const asmjit::x86::Mem& m, const asmjit::x86::Xmm& src, int64_t bytes);
+  void masked_load(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t elem_bytes, int64_t bytes);
+  void bf16_round_bits(const asmjit::x86::Vec& src);  // temp(0) = rounded bits (bf16 in the high half)
+  void round_in_place(const asmjit::x86::Vec& v, DType to);
+
+  EmbagKey key_;
+  asmjit::x86::Assembler& a_;
+  bool avx512_;
+  int64_t lanes_, tail_;
+  std::vector<uint32_t> consts_, temps_;
+  uint32_t scale_ = 0, bias_ = 0, weight_ = 0;  // row registers (scale_/bias_ quantized, weight_ float tables)
+  asmjit::x86::KReg k_load_, k_store_, k_temp_;
+};
+
+}  // namespace shapejit::jit

@@ -1,0 +1,163 @@
+"""Rowwise-quantized embedding tables (8/4/2-bit packed rows) on shapejit's kernels.
+
+The packed rows are exactly the uint8 tensors torch's ``quantized::embedding_bag_*_prepack``
+return (docs/quantized-tables-semantics.md), so tables prepacked by torch are used as they are::
+
+    packed = shapejit.quantized.embedding_bag_4bit_prepack(weight)          # [n, D/2 + 4] uint8
+    out = shapejit.quantized.embedding_bag_4bit_rowwise_offsets(packed, indices, offsets)
+    out, offset2bag, bag_size, max_indices = shapejit.quantized.embedding_bag(
+        packed, 4, indices, offsets, mode="max")
+
+The ``*_rowwise_offsets`` functions take torch 1.13's arguments and in mode 0 return torch's
+tensor bit for bit, torch's offsets rules included (offsets are read as bag lengths); where torch
+ignores ``mode`` (always summing), mode 1 and 2 here give the mean and the max. ``embedding_bag``
+returns all four results of torch.embedding_bag, with offsets as bag starts (validated like f32).
+"""
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+_MODES = {"sum": 0, "mean": 1, "max": 2}
+
+
+def _mode_number(mode: Union[int, str]) -> int:
+    if isinstance(mode, str):
+        if mode not in _MODES:
+            raise ValueError("mode must be 'sum', 'mean' or 'max', but got {!r}".format(mode))
+        return _MODES[mode]
+    return int(mode)
+
+
+def embedding_bag(weight_packed: Tensor, bits: int, indices: Tensor, offsets: Optional[Tensor] = None,
+                  mode: Union[int, str] = 0, per_sample_weights: Optional[Tensor] = None,
+                  padding_idx: Optional[int] = None, include_last_offset: bool = False,
+                  compressed_indices_mapping: Optional[Tensor] = None,
+                  output_dtype: torch.dtype = torch.float32, *, dim: Optional[int] = None,
+                  offsets_as_lengths: bool = False) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(output, offset2bag, bag_size, max_indices) of a bag lookup over packed rows.
+
+    ``bits`` is 8, 4 or 2; ``dim`` (the values per row) defaults to what the row width holds.
+    Modes 'sum'/0, 'mean'/1, 'max'/2; per_sample_weights (sum only) f32, or f16 for 4/2-bit.
+    ``compressed_indices_mapping`` (int32), when given, makes the table pruned: index i reads row
+    mapping[i], -1 skips the position. padding_idx and max_indices refer to the index as given.
+    ``output_dtype`` f32, f16 or bf16 (the f32 result rounded once). ``offsets_as_lengths``
+    reads offsets as torch's quantized ops do (differences are bag lengths).
+    """
+    return torch.ops.shapejit.quantized_embedding_bag(
+        weight_packed, bits, indices, offsets, _mode_number(mode), per_sample_weights, padding_idx,
+        include_last_offset, compressed_indices_mapping, offsets_as_lengths, output_dtype, dim)
+
+
+_ROWWISE_OP = {8: "embedding_bag_byte_rowwise_offsets", 4: "embedding_bag_4bit_rowwise_offsets",
+               2: "embedding_bag_2bit_rowwise_offsets"}
+
+
+def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optional[Tensor], mode: int,
+                     pruned_weights: bool, per_sample_weights: Optional[Tensor],
+                     compressed_indices_mapping: Optional[Tensor], include_last_offset: bool,
+                     padding_idx: Optional[int]) -> Tensor:
+    """torch's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
+    three public functions and shapejit.QuantizedEmbeddingBag call this)."""
+    op = "shapejit.quantized." + _ROWWISE_OP[bits]
+    if indices.dim() == 2:
+        # Fixed-length bags, offsets 0, L, 2L, ... of the indices' dtype; torch applies
+        # include_last_offset to these too (the last row then only closes the bag before it).
+        if offsets is not None:
+            raise RuntimeError(op + ": offsets must be None when indices is 2-D")
+        offsets = torch.arange(0, indices.numel(), indices.size(1), dtype=indices.dtype)
+        indices = indices.reshape(-1)
+    elif offsets is None:
+        raise RuntimeError(op + ": offsets are required with 1-D indices")
+    mapping = None
+    if pruned_weights:
+        if compressed_indices_mapping is None:
+            raise RuntimeError(op + ": pruned_weights=True needs a compressed_indices_mapping")
+        if compressed_indices_mapping.dtype != torch.int32:
+            raise RuntimeError("{}: compressed_indices_mapping must be int32, but got {}".format(
+                op, compressed_indices_mapping.dtype))
+        # torch's convention: a mapping of exactly one 0 means the table is not pruned.
+        not_pruned = compressed_indices_mapping.numel() == 1 and int(compressed_indices_mapping.reshape(-1)[0]) == 0
+        mapping = None if not_pruned else compressed_indices_mapping
+    result = torch.ops.shapejit.quantized_embedding_bag(
+        weight, bits, indices, offsets, _mode_number(mode), per_sample_weights, padding_idx, include_last_offset,
+        mapping, True, torch.float32, None)
+    return result[0]
+
+
+def embedding_bag_byte_rowwise_offsets(weight: Tensor, indices: Tensor, offsets: Optional[Tensor] = None,
+                                       scale_grad_by_freq: bool = False, mode: int = 0,
+                                       pruned_weights: bool = False, per_sample_weights: Optional[Tensor] = None,
+                                       compressed_indices_mapping: Optional[Tensor] = None,
+                                       include_last_offset: bool = False, *,
+                                       padding_idx: Optional[int] = None) -> Tensor:
+    """torch.ops.quantized.embedding_bag_byte_rowwise_offsets over rows [D codes, f32 scale, f32
+    bias]; mode 1 / 2 give the mean / max. scale_grad_by_freq only shapes a gradient: ignored."""
+    return rowwise_offsets(8, weight, indices, offsets, mode, pruned_weights, per_sample_weights,
+                            compressed_indices_mapping, include_last_offset, padding_idx)
+
+
+def embedding_bag_4bit_rowwise_offsets(weight: Tensor, indices: Tensor, offsets: Optional[Tensor] = None,
+                                       scale_grad_by_freq: bool = False, mode: int = 0,
+                                       pruned_weights: bool = False, per_sample_weights: Optional[Tensor] = None,
+                                       compressed_indices_mapping: Optional[Tensor] = None,
+                                       include_last_offset: bool = False, *,
+                                       padding_idx: Optional[int] = None) -> Tensor:
+    """torch.ops.quantized.embedding_bag_4bit_rowwise_offsets over rows [D/2 bytes of nibbles,
+    f16 scale, f16 bias]; mode 1 / 2 give the mean / max."""
+    return rowwise_offsets(4, weight, indices, offsets, mode, pruned_weights, per_sample_weights,
+                            compressed_indices_mapping, include_last_offset, padding_idx)
+
+
+def embedding_bag_2bit_rowwise_offsets(weight: Tensor, indices: Tensor, offsets: Optional[Tensor] = None,
+                                       scale_grad_by_freq: bool = False, mode: int = 0,
+                                       pruned_weights: bool = False, per_sample_weights: Optional[Tensor] = None,
+                                       compressed_indices_mapping: Optional[Tensor] = None,
+                                       include_last_offset: bool = False, *,
+                                       padding_idx: Optional[int] = None) -> Tensor:
+    """torch.ops.quantized.embedding_bag_2bit_rowwise_offsets over rows [D/4 bytes of 2-bit
+    codes, f16 scale, f16 bias]; mode 1 / 2 give the mean / max."""
+    return rowwise_offsets(2, weight, indices, offsets, mode, pruned_weights, per_sample_weights,
+                            compressed_indices_mapping, include_last_offset, padding_idx)
+
+
+def embedding_bag_byte_prepack(weight: Tensor) -> Tensor:
+    """torch's embedding_bag_byte_prepack, byte for byte: f32 (or f16, widened exactly first)
+    of any rank >= 1, the last dim a row; returns uint8 with the last dim D + 8."""
+    return torch.ops.shapejit.rowwise_prepack(weight, 8)
+
+
+def embedding_bag_4bit_prepack(weight: Tensor, optimized_qparams: bool = False, nbins: int = 200,
+                               ratio: float = 0.16) -> Tensor:
+    """torch's embedding_bag_4bit_prepack, byte for byte: 2-D f32 / f16 [n, D], D even; returns
+    uint8 [n, D/2 + 4]. optimized_qparams runs torch's choose_qparams_optimized search per row
+    (rows on which torch's search would never end are rejected)."""
+    return torch.ops.shapejit.rowwise_prepack(weight, 4, optimized_qparams, nbins, ratio)
+
+
+def embedding_bag_2bit_prepack(weight: Tensor, optimized_qparams: bool = False, nbins: int = 200,
+                               ratio: float = 0.16) -> Tensor:
+    """torch's embedding_bag_2bit_prepack, byte for byte: 2-D f32 / f16 [n, D], D a multiple of
+    4; returns uint8 [n, D/4 + 4]."""
+    return torch.ops.shapejit.rowwise_prepack(weight, 2, optimized_qparams, nbins, ratio)
+
+
+def embedding_bag_byte_unpack(weight: Tensor) -> Tensor:
+    """torch's embedding_bag_byte_unpack: packed rows (any rank, last dim D + 8) to f32 [..., D]."""
+    return torch.ops.shapejit.rowwise_unpack(weight, 8)
+
+
+def embedding_bag_4bit_unpack(weight: Tensor) -> Tensor:
+    """torch's embedding_bag_4bit_unpack: packed rows [n, D/2 + 4] to f32 [n, D]."""
+    return torch.ops.shapejit.rowwise_unpack(weight, 4)
+
+
+def embedding_bag_2bit_unpack(weight: Tensor) -> Tensor:
+    """torch's embedding_bag_2bit_unpack: packed rows [n, D/4 + 4] to f32 [n, D]."""
+    return torch.ops.shapejit.rowwise_unpack(weight, 2)
+
+
+__all__ = ["embedding_bag", "embedding_bag_byte_rowwise_offsets", "embedding_bag_4bit_rowwise_offsets",
+           "embedding_bag_2bit_rowwise_offsets", "embedding_bag_byte_prepack", "embedding_bag_4bit_prepack",
+           "embedding_bag_2bit_prepack", "embedding_bag_byte_unpack", "embedding_bag_4bit_unpack",
+           "embedding_bag_2bit_unpack"]

@@ -1,0 +1,71 @@
+// Indices, offsets and per-sample weights of an embedding-bag op, read once for every table dtype.
+#include "python/torch_bag_inputs.hpp"
+
+#include <cstring>
+
+#include "python/torch_glue.hpp"
+
+namespace shapejit::torch_ext {
+
+BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optional<at::Tensor>& offsets,
+                     const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset) {
+  check_cpu(indices, "indices");
+  BagInputs in;
+  // The 2-D form: row b of indices [B, L] is bag b, so the offsets are 0, L, 2L, ...
+  if (indices.dim() == 2) {
+    TORCH_CHECK(!offsets.has_value(), op, ": indices is 2-D [bags, bag_len], so offsets must be None (ATen's "
+                                          "result with both is undefined)");
+    TORCH_CHECK(!include_last_offset, op, ": include_last_offset must be False with 2-D indices");
+    in.indices = indices.reshape({-1}).contiguous();
+    in.offsets = at::arange(indices.size(0), indices.options()).mul_(indices.size(1));
+  } else {
+    TORCH_CHECK(indices.dim() == 1, op, ": indices must be 1-D (with offsets) or 2-D [bags, bag_len], but got a ",
+                indices.dim(), "-D tensor");
+    TORCH_CHECK(offsets.has_value(), op, ": offsets is required with 1-D indices");
+    check_cpu(*offsets, "offsets");
+    TORCH_CHECK(offsets->dim() == 1, op, ": offsets must be 1-D, but got a ", offsets->dim(), "-D tensor");
+    in.indices = indices.contiguous();
+    in.offsets = offsets->contiguous();
+  }
+  if (per_sample_weights.has_value()) {
+    check_cpu(*per_sample_weights, "per_sample_weights");
+    TORCH_CHECK(per_sample_weights->numel() == in.indices.numel(), op, ": per_sample_weights must have ",
+                in.indices.numel(), " elements (one per index), but got ", per_sample_weights->numel());
+    in.psw_given = indices.dim() == 2 ? per_sample_weights->reshape({-1}) : *per_sample_weights;
+    in.psw = per_sample_weights->reshape({-1}).contiguous();
+  }
+  return in;
+}
+
+void fill_bag_args(shapejit_embedding_bag_args& a, const BagInputs& in, int64_t mode,
+                   c10::optional<int64_t> padding_idx, bool include_last_offset) {
+  a.indices = in.indices.data_ptr();
+  a.index_dtype = to_shapejit_dtype(in.indices, "indices");
+  a.num_indices = in.indices.numel();
+  a.offsets = in.offsets.data_ptr();
+  a.offset_dtype = to_shapejit_dtype(in.offsets, "offsets");
+  a.num_offsets = in.offsets.numel();
+  // An empty tensor's data pointer may be NULL, which shapejit reads as "no weights"; weights given
+  // for zero indices are still weights (mode and dtype rules apply), so they get a real address.
+  alignas(8) static const unsigned char no_elements[8] = {};
+  a.per_sample_weights = !in.psw.defined() ? nullptr : in.psw.numel() ? in.psw.data_ptr() : no_elements;
+  // Stored as an int, not converted to the C enum (UB when out of range), so validation reports
+  // the caller's value; one beyond int32 becomes INT32_MIN, which is just as invalid.
+  const int32_t mode_int = mode < INT32_MIN || mode > INT32_MAX ? INT32_MIN : int32_t(mode);
+  std::memcpy(&a.mode, &mode_int, sizeof mode_int);
+  a.has_padding_idx = padding_idx.has_value();
+  a.padding_idx = padding_idx.value_or(0);
+  a.include_last_offset = include_last_offset;
+}
+
+BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode) {
+  const auto ints = at::TensorOptions().dtype(to_scalar_type(s.index_out_dtype));
+  at::Tensor output = at::empty({s.output_rows, s.output_cols}, at::TensorOptions().dtype(value_type));
+  at::Tensor offset2bag = at::empty({s.offset2bag_len}, ints);
+  at::Tensor bag_size = at::empty({s.bag_size_len}, ints);
+  at::Tensor max_indices = mode == SHAPEJIT_MAX ? at::empty({s.max_indices_rows, s.max_indices_cols}, ints)
+                                                : at::empty({s.max_indices_rows}, ints);
+  return {output, offset2bag, bag_size, max_indices};
+}
+
+}  // namespace shapejit::torch_ext

@@ -1,0 +1,41 @@
+// The part of an embedding-bag call that every shapejit op reads the same way, whatever the
+// table: indices (1-D with offsets, or the 2-D fixed-length form), per_sample_weights, and the
+// four ATen-shaped results. Used by torch.ops.shapejit.embedding_bag (float tables) and
+// torch.ops.shapejit.quantized_embedding_bag (rowwise-quantized tables).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <c10/util/Optional.h>
+#include <tuple>
+
+#include "shapejit/shapejit.h"
+
+namespace shapejit::torch_ext {
+
+using BagResults = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+/// Indices and offsets as shapejit reads them (1-D, contiguous), and the per-sample weights
+/// flattened to one per index. `psw_given` is the caller's tensor (ATen's fast-path test reads
+/// its stride).
+struct BagInputs {
+  at::Tensor indices, offsets, psw, psw_given;
+};
+
+/// Checks and normalises indices, offsets and per_sample_weights. 2-D indices [B, L] need
+/// offsets None and mean offsets 0, L, 2L, ... (include_last_offset must then be false).
+/// `op` names the operator in messages.
+BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optional<at::Tensor>& offsets,
+                     const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset);
+
+/// The fields of a call that come from BagInputs and the scalar arguments (the table's are left
+/// to the caller).
+void fill_bag_args(shapejit_embedding_bag_args& a, const BagInputs& in, int64_t mode,
+                   c10::optional<int64_t> padding_idx, bool include_last_offset);
+
+/// Empty results of the shapes shapejit reports; output has dtype `value_type`, max_indices is
+/// [B, D] in max mode and 1-D otherwise (ATen's shapes).
+BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode);
+
+}  // namespace shapejit::torch_ext
