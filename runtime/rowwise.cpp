@@ -12,6 +12,7 @@
 #include "ref/rowwise_quantize.hpp"
 #include "runtime/byte_ranges.hpp"
 #include "runtime/c_enum.hpp"
+#include "runtime/dtype_name.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -25,20 +26,6 @@ constexpr const char* kUnpack = "rowwise_unpack";
 
 [[noreturn]] void invalid(const char* caller, const std::string& message) {
   throw Error(Status::kInvalidArgument, std::string(caller) + ": " + message);
-}
-
-const char* dtype_name(int64_t t) {
-  switch (t) {
-    case SHAPEJIT_F32: return "float32";
-    case SHAPEJIT_F16: return "float16";
-    case SHAPEJIT_BF16: return "bfloat16";
-    case SHAPEJIT_I32: return "int32";
-    case SHAPEJIT_I64: return "int64";
-    case SHAPEJIT_Q8: return "Q8";
-    case SHAPEJIT_Q4: return "Q4";
-    case SHAPEJIT_Q2: return "Q2";
-  }
-  return "unknown";
 }
 
 std::string float_text(float v) {

@@ -19,20 +19,6 @@
 namespace shapejit::rt {
 namespace validate_detail {
 
-const char* dtype_name(int64_t t) {
-  switch (t) {
-    case SHAPEJIT_F32: return "float32";
-    case SHAPEJIT_F16: return "float16";
-    case SHAPEJIT_BF16: return "bfloat16";
-    case SHAPEJIT_I32: return "int32";
-    case SHAPEJIT_I64: return "int64";
-    case SHAPEJIT_Q8: return "q8";
-    case SHAPEJIT_Q4: return "q4";
-    case SHAPEJIT_Q2: return "q2";
-  }
-  return "unknown";
-}
-
 namespace {
 
 using std::to_string;
@@ -177,14 +163,8 @@ void check_options(EmbagCallPlan& p) {
   p.padding_index = p.padding ? (a.padding_idx < 0 ? a.padding_idx + space : a.padding_idx) : -1;
 }
 
-// The passes over the indices run on every call before the kernel: see validate_offsets.cpp for
-// the clones. The largest index read as unsigned, so a negative index counts as huge and one
-// compare against the index space checks both bounds.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define SHAPEJIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SHAPEJIT_VECTOR_CLONES
-#endif
+// The largest index read as unsigned (vectorised, SHAPEJIT_VECTOR_CLONES in validate_detail.hpp),
+// so a negative index counts as huge and one compare against the index space checks both bounds.
 
 // Four vectors' worth of independent running maxima: one chain of vpmaxuq is latency bound
 // (~500 ns for 8192 int64 indices on Zen 5), four keep the loads busy (~280 ns, L2 speed).

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/dtype_name.hpp"
 #include "runtime/embag_call_plan.hpp"
 #include "shapejit/shapejit.hpp"
 
@@ -18,8 +19,18 @@ namespace shapejit::rt::validate_detail {
   throw Error(Status::kUnsupported, "embedding_bag: " + message);
 }
 
-/// "float32", "q8", ... or "unknown".
-const char* dtype_name(int64_t t);
+using rt::dtype_name;
+
+// The passes over offsets and indices run on every call before the kernel, so they are
+// vectorised for the host (x86 gets AVX-512/AVX2 clones picked at load time; the baseline
+// has no 64-bit vector compare). Not under sanitizers: the clones' ifunc resolver runs during
+// relocation, before the sanitizer runtime is initialised, and its instrumented code crashes
+// there (seen with -fsanitize=thread).
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define SHAPEJIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define SHAPEJIT_VECTOR_CLONES
+#endif
 
 /// Fills plan.offsets, plan.covered_end and plan.partial_final_offset (and, for lengths, the
 /// plan's span storage) after checking the offsets of plan.args against their rules.

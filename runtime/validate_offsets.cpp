@@ -14,15 +14,7 @@ namespace {
 
 using std::to_string;
 
-// The passes over offsets run on every call before the kernel, so they are vectorised for the
-// host (x86 gets AVX-512/AVX2 clones picked at load time; the baseline has no 64-bit compare).
-// Not under sanitizers: the clones' ifunc resolver runs during relocation, before the sanitizer
-// runtime is initialised, and its instrumented code crashes there (seen with -fsanitize=thread).
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define SHAPEJIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define SHAPEJIT_VECTOR_CLONES
-#endif
+// The pass over the offsets is vectorised for the host (SHAPEJIT_VECTOR_CLONES, validate_detail.hpp).
 
 // An integer OR of lane-wide compare results vectorises (GCC 12 leaves `bool &=` scalar).
 template <class U, class T>

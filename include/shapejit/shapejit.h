@@ -42,8 +42,9 @@ typedef enum { SHAPEJIT_SUM = 0, SHAPEJIT_MEAN = 1, SHAPEJIT_MAX = 2 } shapejit_
  * (row_stride >= dim). indices [num_indices] and offsets [num_offsets] are int32 or int64;
  * if the two differ both are promoted to int64.
  * Table dtypes: F32, F16 and BF16 (output and per_sample_weights of the table's dtype), or
- * Q8/Q4/Q2 (output and per_sample_weights f32; `dim` is D, the values per row, and row_stride
- * counts bytes: >= the packed row's D + 8, ceil(D/2) + 4 or ceil(D/4) + 4 bytes). Other output
+ * Q8/Q4/Q2 (output and per_sample_weights f32; `dim` is D, the values per row, even for Q4 and a
+ * multiple of 4 for Q2, and row_stride counts bytes: >= the packed row's D + 8, D/2 + 4 or D/4 + 4
+ * bytes; quantized rows need no alignment). Other output
  * and weight dtypes, pruned tables and ATen's lengths-style offsets: shapejit_embedding_bag_ex. */
 typedef struct {
   const void* weight; shapejit_dtype weight_dtype; int64_t num_rows; int64_t dim; int64_t row_stride;
