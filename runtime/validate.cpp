@@ -190,7 +190,9 @@ SHAPEJIT_VECTOR_CLONES uint64_t max_unsigned(const int32_t* idx, int64_t n) {
 
 template <class T>
 void check_indices_typed(const EmbagCallPlan& p, const T* idx) {
-  const int64_t n = p.num_indices, space = index_space(p);
+  // Read as lengths (torch's quantized ops), positions past the last bag are never read, and
+  // torch accepts any value there; as spans every position is read (offset2bag, counts).
+  const int64_t n = p.args.offsets_as_lengths ? p.covered_end : p.num_indices, space = index_space(p);
   // No valid index of type T reaches 2^(bits - 1), where the negative ones start when read as
   // unsigned; so the bound is capped there. Without the cap a table of more than 2^32 rows let
   // int32 index -1 (0xFFFFFFFF) through, and the kernel read before the table (found by fuzz/).

@@ -83,8 +83,6 @@ def test_rowwise_calls_reject_bad_arguments(sj, call, message):
     assert message in str(info.value), str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="the engine range-checks every index, also those torch's lengths "
-                                       "reading never reaches (offsets_as_lengths); torch returns a result")
 def test_lengths_reading_does_not_check_positions_it_never_reads(sj):
     weight = packed_table(8, rows=3, dim=4)
     args = (weight, torch.tensor([0, 1, 99]), torch.tensor([0, 2]), False, 0, False, None, None, True)
