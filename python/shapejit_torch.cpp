@@ -71,13 +71,10 @@ BagResults embedding_bag(const at::Tensor& weight, const at::Tensor& indices, co
   a.row_stride = row_stride_of(table);
   fill_bag_args(a, in, mode, padding_idx, include_last_offset);
 
-  shapejit_embedding_bag_shapes shapes{};
-  check_status(shapejit_embedding_bag_output_shapes(&a, &shapes), "embedding_bag");
-  BagResults r = allocate_results(shapes, weight.scalar_type(), mode);
-  check_status(shapejit_embedding_bag(&a, std::get<0>(r).data_ptr(), std::get<1>(r).data_ptr(),
-                                      std::get<2>(r).data_ptr(), std::get<3>(r).data_ptr()),
-               "embedding_bag");
-  if (mode == SHAPEJIT_SUM && shapes.offset2bag_len == 0 && a.num_indices > 0 &&
+  shapejit_embedding_bag_ex_args ex{};
+  shapejit_embedding_bag_ex_init(&ex, &a);
+  BagResults r = run_bag(ex, mode, "embedding_bag");
+  if (mode == SHAPEJIT_SUM && std::get<1>(r).numel() == 0 && a.num_indices > 0 &&
       !aten_sum_fast_path(weight, in.psw_given, padding_idx.has_value()))
     std::get<1>(r) = offset2bag_of(in.offsets, a.num_indices, std::get<1>(r).scalar_type());
   return r;

@@ -4,6 +4,9 @@
 #include <cstring>
 
 #include "python/torch_glue.hpp"
+#include "runtime/embedding_bag.hpp"
+#include "runtime/validate.hpp"
+#include "shapejit/shapejit.hpp"
 
 namespace shapejit::torch_ext {
 
@@ -66,6 +69,25 @@ BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarTy
   at::Tensor max_indices = mode == SHAPEJIT_MAX ? at::empty({s.max_indices_rows, s.max_indices_cols}, ints)
                                                 : at::empty({s.max_indices_rows}, ints);
   return {output, offset2bag, bag_size, max_indices};
+}
+
+// The engine's C++ entry points: one validation per call (the C ABI would validate once for the
+// shapes and again for the run). Engine errors become the errors check_status raises.
+BagResults run_bag(const shapejit_embedding_bag_ex_args& call, int64_t mode, const char* what) {
+  rt::EmbagCallPlan plan;
+  try {
+    plan = rt::plan_embedding_bag(rt::complete_ex_args(call));
+  } catch (const Error& e) {
+    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+  }
+  BagResults r = allocate_results(plan.shapes, to_scalar_type(static_cast<shapejit_dtype>(plan.out)), mode);
+  try {
+    rt::run_embedding_bag(plan, std::get<0>(r).data_ptr(), std::get<1>(r).data_ptr(), std::get<2>(r).data_ptr(),
+                          std::get<3>(r).data_ptr());
+  } catch (const Error& e) {
+    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+  }
+  return r;
 }
 
 }  // namespace shapejit::torch_ext

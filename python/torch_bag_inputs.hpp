@@ -34,6 +34,11 @@ BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optio
 void fill_bag_args(shapejit_embedding_bag_args& a, const BagInputs& in, int64_t mode,
                    c10::optional<int64_t> padding_idx, bool include_last_offset);
 
+/// Validates `call` once (the engine's per-call plan), allocates the four results from the plan's
+/// shapes (output of the plan's output dtype) and runs the call into them. Errors surface as
+/// check_status reports them, `what` naming the operator.
+BagResults run_bag(const shapejit_embedding_bag_ex_args& call, int64_t mode, const char* what);
+
 /// Empty results of the shapes shapejit reports; output has dtype `value_type`, max_indices is
 /// [B, D] in max mode and 1-D otherwise (ATen's shapes).
 BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode);

@@ -12,11 +12,15 @@ namespace shapejit::torch_ext {
 
 /// Turns a failed shapejit call into the PyTorch error Python sees: NotImplementedError for
 /// what the engine does not support yet, RuntimeError (as ATen raises) for everything else.
-inline void check_status(shapejit_status status, const char* what) {
-  if (status == SHAPEJIT_OK) return;
-  const std::string message = std::string("shapejit.") + what + ": " + shapejit_last_error();
+[[noreturn]] inline void raise_failure(shapejit_status status, const char* detail, const char* what) {
+  const std::string message = std::string("shapejit.") + what + ": " + detail;
   TORCH_CHECK_NOT_IMPLEMENTED(status != SHAPEJIT_UNSUPPORTED, message);
   TORCH_CHECK(false, message);
+}
+
+/// The same for a status of the C ABI, whose message is the thread's last error.
+inline void check_status(shapejit_status status, const char* what) {
+  if (status != SHAPEJIT_OK) raise_failure(status, shapejit_last_error(), what);
 }
 
 /// The shapejit dtype of a tensor's dtype, or an error naming the argument and its dtype.

@@ -110,12 +110,7 @@ BagResults quantized_embedding_bag(const at::Tensor& weight, int64_t bits, const
   a.mapping_len = mapping.defined() ? mapping.numel() : 0;
   a.offsets_as_lengths = offsets_as_lengths;
 
-  shapejit_embedding_bag_shapes shapes{};
-  check_status(shapejit_embedding_bag_ex_output_shapes(&a, &shapes), "quantized_embedding_bag");
-  BagResults r = allocate_results(shapes, out_type, mode);
-  check_status(shapejit_embedding_bag_ex(&a, std::get<0>(r).data_ptr(), std::get<1>(r).data_ptr(),
-                                         std::get<2>(r).data_ptr(), std::get<3>(r).data_ptr()),
-               "quantized_embedding_bag");
+  BagResults r = run_bag(a, mode, "quantized_embedding_bag");
   return r;
 }
 
