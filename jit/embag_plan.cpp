@@ -12,14 +12,10 @@ bool is_float_value_dtype(DType t) { return t == DType::kF32 || t == DType::kF16
 // The dtype combinations quantized-tables-semantics.md defines, by table: float tables output
 // and weight in their own dtype; Q8 takes f32 weights, Q4/Q2 f32 or f16; quantized tables
 // output f32, f16 or bf16. Q4/Q2 rows hold whole bytes of codes (D even / a multiple of 4).
-// Until the a64 back end reads every dtype, its keys stay on f32 tables (kNeonF32Only).
-constexpr bool kNeonF32Only = true;
 
 std::optional<std::string> dtype_unsupported_reason(const EmbagKey& key) {
   const DType t = key.table;
   if (!is_float_value_dtype(t) && !is_quantized_table(t)) return "unknown table dtype";
-  if (kNeonF32Only && key.isa == Isa::kNeon && t != DType::kF32)
-    return "the a64 back end generates only f32 tables so far";
   if (is_quantized_table(t) ? !is_float_value_dtype(key.out) : key.out != t)
     return "output dtype not defined for this table dtype";
   if (key.weighted) {

@@ -386,7 +386,8 @@ TEST_CASE("a64 table ops: accumulate matches the spec's step for every dtype, wi
           float& a = want[size_t(j)];
           const float x = r.value[size_t(j)];
           if (shapejit::jit::is_quantized_table(v.table)) a = ref::quantized_step(a, w * r.scale, w * r.bias, uint32_t(x));
-          else a = v.weighted ? std::fma(w, x, a) : a + x;
+          else if (!v.weighted) a = a + x;
+          else a = v.table == DType::kF32 ? std::fma(w, x, a) : a + w * x;  // the reference's rule
         }
         fn(p - off, w_at, acc.data(), pos);
         shapejit::test::note_direct_run(shapejit::jit::Isa::kNeon);

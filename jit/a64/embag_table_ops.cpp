@@ -319,6 +319,11 @@ void A64TableOps::dequantize_q8(uint32_t dst_id, uint32_t q_id) {
   a_.fcvtn2(dst.s4(), q.d2());
 }
 
+// Weighted float tables: the spec's step is acc + f32(w * x). For f32 tables the engine's rule is
+// one fma; for f16 the product of two halves is always exact in f32 (no overflow, no underflow),
+// so fmla is that step; bf16 products can overflow or underflow f32 (bf16 has f32's exponent
+// range), where fma would differ (e.g. -inf + (2^100 * 2^100) is NaN, the fma -inf): multiply,
+// then add.
 void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base, int64_t offset, int64_t cols) {
   if (!bound_) internal("accumulate before bind");
   if (cols < 1 || int64_t(acc.size()) * 4 < cols) internal("accumulate: columns do not fit the accumulators");
@@ -333,6 +338,9 @@ void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base,
       } else if (quantized()) {  // fmaf(s, q, acc + b): see f64_step
         a_.fadd(a.s4(), a.s4(), vq(b_).s4());
         a_.fmla(a.s4(), vq(x).s4(), vq(s_).s(0));
+      } else if (key_.weighted && key_.table == DType::kBF16) {  // acc + f32(w * x): see below
+        a_.fmul(vq(x).s4(), vq(x).s4(), vq(w_).s(0));
+        a_.fadd(a.s4(), a.s4(), vq(x).s4());
       } else if (key_.weighted) {
         a_.fmla(a.s4(), vq(x).s4(), vq(w_).s(0));
       } else {

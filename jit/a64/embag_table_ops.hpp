@@ -69,7 +69,8 @@ class A64TableOps {
   /// prepare the accumulate step, max the dequantize step. Nothing for float tables.
   void row_setup(const asmjit::a64::Gp& base, int64_t row_offset);
   /// acc[k] (4 f32 lanes each) += the columns at base + offset, per the dtype's step:
-  /// f32/f16/bf16 fadd (weighted: fmla with the weight, fma(w, x, acc)); quantized
+  /// f32/f16/bf16 fadd (weighted: fma(w, x, acc) for f32 and f16, acc + f32(w * x) for bf16,
+  /// whose products may overflow or underflow); quantized
   /// acc = f32(f64(s) * q + f64(acc + b)), which is fmla(acc + b, q, s) for unweighted Q4/Q2
   /// only (weighted Q4/Q2 and Q8 take the f64 path).
   void accumulate(std::span<const uint32_t> acc, const asmjit::a64::Gp& base, int64_t offset, int64_t cols);
