@@ -18,8 +18,8 @@ using jit::EmbagKey;
 using jit::Isa;
 
 constexpr const char* kKeyFormat =
-    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w][.pad][.pf<N>], "
-    "e.g. embag.avx512.f32.d128.sum.i64.o64";
+    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>], "
+    "e.g. embag.avx512.f32.d128.sum.i64.o64 or embag.avx2.q4.d128.max.i32.o32.outbf16";
 
 /// The flags as CLI11 parsed them; turned into an EmbagKey by make_key().
 struct EmbagFlags {
