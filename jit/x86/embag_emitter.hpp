@@ -78,6 +78,14 @@ class X86EmbagEmitter final : public EmbagSkeleton {
   void mean_divisor() override;
   void mean_finish(uint32_t acc) override;
   void store_output(uint32_t src, int64_t first_col, int64_t cols) override;
+  /// Column groups (X86TableOps::group_vecs; not on the 64-bit id path): vector j of `blk`
+  /// starts a group of the following group_vecs() vectors.
+  bool group_head(const EmbagBlock& blk, int64_t j) const;
+  /// Vector v of the main path's plan: its place in its group, or -1 outside groups; `j`
+  /// (optional) gets its index in its block.
+  int64_t group_member(int64_t v, int64_t* j = nullptr) const;
+  /// The registers of the group starting at vector j: accumulators or (ids) ids_lo.
+  std::vector<uint32_t> group_regs(int64_t j, bool ids) const;
 
   // Helpers.
   asmjit::x86::Gp gp(G role) const { return asmjit::x86::gpq(gp_id_[size_t(role)]); }
@@ -95,6 +103,7 @@ class X86EmbagEmitter final : public EmbagSkeleton {
   X86VecTraits t_;
   asmjit::x86::Assembler a_;
   std::optional<X86TableOps> ops_;  // every table dtype but f32
+  EmbagBlock group_blk_{};          // column groups: the block whose accumulators are stored next
   RegPool gp_, vecs_, kregs_;
   uint32_t gp_id_[size_t(G::kNum)] = {};
   // Registers of the back end only.

@@ -91,6 +91,8 @@ void X86EmbagEmitter::store_max_ids(const EmbagBlock& blk) {
   a_.add(s, arg_mem(offsetof(EmbagKernelArgs, max_indices)));
   const int64_t half = t_.lanes / 2;
   const x86::Vec wide = vec(xtmp_);  // free at store time
+  for (int64_t j = 0; j < blk.num_vecs; ++j)  // column groups: the ids' lanes follow the values'
+    if (group_head(blk, j)) ops_->unpermute_group(group_regs(j, true), xtmp_, vcmp_);
   for (int64_t j = 0; j < blk.num_vecs; ++j) {
     const int64_t v = blk.first_vec + j;
     const int64_t col = v * t_.lanes - base_col();

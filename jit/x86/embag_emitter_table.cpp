@@ -56,13 +56,45 @@ void X86EmbagEmitter::row_setup() {
   a_.vbroadcastss(vec(bcast_), x86::dword_ptr(psw_, gp(G::kPos), 2));
 }
 
+// Column groups: aligned runs of group_vecs() full vectors of the block; their registers hold
+// the group's lane order until the store (sum, max) or mean_finish (mean) of the group's head.
+bool X86EmbagEmitter::group_head(const EmbagBlock& blk, int64_t j) const {
+  const int64_t n = ops_ ? ops_->group_vecs() : 1;
+  return n > 1 && !wide_ids() && j % n == 0 && j + n <= blk.num_vecs && !is_tail(blk.first_vec + j + n - 1);
+}
+
+// Emitted vectors are first_vec + j of their block (a block loop emits its first iteration).
+int64_t X86EmbagEmitter::group_member(int64_t v, int64_t* j_out) const {
+  for (const EmbagBlock& b : blocks()) {
+    const int64_t j = v - b.first_vec;
+    if (j < 0 || j >= b.num_vecs) continue;
+    if (j_out) *j_out = j;
+    const int64_t n = ops_ ? ops_->group_vecs() : 1;
+    return n > 1 && group_head(b, j - j % n) ? j % n : -1;
+  }
+  return -1;
+}
+
+std::vector<uint32_t> X86EmbagEmitter::group_regs(int64_t j, bool ids) const {
+  std::vector<uint32_t> regs;
+  for (int64_t k = 0; k < ops_->group_vecs(); ++k) regs.push_back(ids ? ids_lo(j + k) : acc(j + k));
+  return regs;
+}
+
 // acc += x (sum, mean) or acc = fma(w, x, acc) (weighted), per vector of the block, with x a
 // memory operand (AVX-512 tails: masked lanes keep +0.0 and fault-suppress); other dtypes by
 // their rule (X86TableOps::accumulate).
+// Column groups: one op per group (X86TableOps::accumulate_group).
 void X86EmbagEmitter::accumulate(const EmbagBlock& blk) {
   if (ops_) {
+    group_blk_ = blk;
     for (int64_t j = 0; j < blk.num_vecs; ++j) {
       const int64_t v = blk.first_vec + j;
+      if (group_head(blk, j)) {
+        ops_->accumulate_group(group_regs(j, false), row_mem(v * t_.lanes));
+        j += ops_->group_vecs() - 1;
+        continue;
+      }
       ops_->accumulate(acc(j), row_mem(v * t_.lanes), vec_cols(v));
     }
     return;
@@ -90,7 +122,11 @@ void X86EmbagEmitter::accumulate(const EmbagBlock& blk) {
 // max_input() (free until the compare), else xtmp_.
 void X86EmbagEmitter::load_value(uint32_t dst, int64_t first_col, int64_t cols) {
   const x86::Mem x = row_mem(first_col);
-  if (ops_) return ops_->load_value(dst, x, cols);
+  if (ops_) {
+    const int64_t member = group_member(first_col / t_.lanes);
+    if (member >= 0) return ops_->load_value_group(dst, x, member);
+    return ops_->load_value(dst, x, cols);
+  }
   const x86::Vec d = vec(dst);
   if (cols == t_.lanes) a_.vmovups(d, x);
   else if (t_.avx512) a_.k(k_tail_).z().vmovups(d, x);
@@ -110,8 +146,14 @@ void X86EmbagEmitter::mean_divisor() {
   a_.vbroadcastss(div, div.xmm());
 }
 
+// Mean with column groups: the group goes back to column order before its head is divided
+// (the skeleton divides and stores one vector at a time).
 void X86EmbagEmitter::mean_finish(uint32_t acc_id) {
-  if (ops_) return ops_->mean_finish(acc_id, bcast_);
+  if (ops_) {
+    for (int64_t j = 0; j < group_blk_.num_vecs; ++j)
+      if (acc(j) == acc_id && group_head(group_blk_, j)) ops_->unpermute_group(group_regs(j, false));
+    return ops_->mean_finish(acc_id, bcast_);
+  }
   a_.vdivps(vec(acc_id), vec(acc_id), vec(bcast_));
 }
 
@@ -119,7 +161,14 @@ void X86EmbagEmitter::mean_finish(uint32_t acc_id) {
 // tables: converted to key.out (rounded to nearest even) by X86TableOps.
 void X86EmbagEmitter::store_output(uint32_t src, int64_t first_col, int64_t cols) {
   const x86::Mem dst = x86::ptr(gp(G::kOut), static_cast<int32_t>(out_disp(first_col)));
-  if (ops_) return ops_->store_output(dst, src, cols);
+  if (ops_) {
+    int64_t j = 0;
+    if (key().mode != Mode::kMean && group_member(first_col / t_.lanes, &j) == 0) {
+      if (key().mode == Mode::kMax) ops_->unpermute_group(group_regs(j, false), xtmp_, vcmp_);  // free here
+      else ops_->unpermute_group(group_regs(j, false));
+    }
+    return ops_->store_output(dst, src, cols);
+  }
   const x86::Vec s = vec(src);
   if (cols == t_.lanes) a_.vmovups(dst, s);
   else if (t_.avx512) a_.k(k_tail_).vmovups(dst, s);

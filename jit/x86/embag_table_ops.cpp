@@ -9,6 +9,9 @@
 //   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), each + add + fma,
 //   Q8 13 (the f64 step: two halves of converts and a double fma, rounded to f32 once); weighted
 //   Q4/Q2 take the f64 step too (Q4 16, Q2 15).
+// AVX2 unweighted Q4/Q2 read whole groups of vectors per load instead (column groups,
+// embag_table_ops_groups.cpp: Q4 4.5, Q2 4 per vector); vectors outside a group take the counts
+// above, or without the shift vector (single_shift()) Q4 8 and Q2 10.
 #include "jit/x86/embag_table_ops.hpp"
 
 #include <algorithm>
@@ -62,7 +65,9 @@ int64_t X86TableOps::temps_needed() const {
       break;
     case DType::kQ8: n = key_.mode == Mode::kMax ? 2 : 3; break;
     case DType::kQ4:
-    case DType::kQ2: n = key_.weighted && key_.mode == Mode::kSum ? 3 : 1; break;  // weighted: the f64 step
+    case DType::kQ2:  // weighted: the f64 step; column groups: the codes and one plane
+      n = key_.weighted && key_.mode == Mode::kSum ? 3 : group_vecs() > 1 && key_.mode != Mode::kMax ? 2 : 1;
+      break;
     default: n = 1;
   }
   const int64_t bf16_round = avx512_ ? 2 : 3;  // AVX-512 keeps the NaN mask in k_temp_
@@ -75,8 +80,32 @@ int64_t X86TableOps::temps_needed() const {
   return n;
 }
 
+// Q4: AVX-512 gather, shift and table vectors; AVX2 the shift vector, with column groups the
+// nibble mask (+ the shift vector: single_shift()). Q2: the shift vector (not with groups
+// unless single_shift()) and the table.
+uint32_t X86TableOps::consts_needed() const {
+  const uint32_t shift = group_vecs() == 1 || single_shift() ? 1 : 0;
+  if (key_.table == DType::kQ4) return avx512_ ? 3 : group_vecs() > 1 ? 1 + shift : 1;
+  return key_.table == DType::kQ2 ? 1 + shift : 0;
+}
+
+// With column groups, vectors outside a group (the row's tail, a remainder of whole vectors)
+// take the shift-vector path where the layout has them (cheaper: Q4 6 and Q2 5 instructions
+// instead of 8 and 10), except in max of more than 3 vectors, where the register would cost a
+// vector per column block. Others (the remainders of uneven column blocks) load without it.
+bool X86TableOps::single_shift() const {
+  const int64_t vecs = (key_.dim + lanes_ - 1) / lanes_;
+  return key_.dim % (lanes_ * group_vecs()) != 0 && (key_.mode != Mode::kMax || vecs <= 3);
+}
+
+int64_t X86TableOps::group_vecs() const {
+  if (avx512_ || key_.weighted) return 1;
+  if (key_.table == DType::kQ4) return 2;
+  return key_.table == DType::kQ2 ? 4 : 1;
+}
+
 X86TableNeeds X86TableOps::needs() const {
-  uint32_t consts = key_.table == DType::kQ4 ? (avx512_ ? 3 : 1) : key_.table == DType::kQ2 ? 2 : 0;
+  const uint32_t consts = consts_needed();
   uint32_t row = quantized() ? 2 : key_.weighted ? 1 : 0;
   X86TableNeeds n;
   n.vecs = consts + row + static_cast<uint32_t>(temps_needed());
@@ -92,7 +121,7 @@ void X86TableOps::bind(std::vector<uint32_t> vec_ids, std::vector<uint32_t> k_id
   const X86TableNeeds n = needs();
   if (vec_ids.size() != n.vecs || k_ids.size() != n.kregs) internal("bind: wrong register count");
   size_t next = 0;
-  const size_t consts = key_.table == DType::kQ4 ? (avx512_ ? 3 : 1) : key_.table == DType::kQ2 ? 2 : 0;
+  const size_t consts = consts_needed();
   consts_.assign(vec_ids.begin(), vec_ids.begin() + long(consts));
   next = consts;
   if (quantized()) scale_ = vec_ids[next++], bias_ = vec_ids[next++];
@@ -147,8 +176,13 @@ void X86TableOps::load_byte_constant(uint32_t id, const uint8_t* bytes, bool to_
 void X86TableOps::setup(const x86::Gp& scratch) {
   uint8_t shift[16], table[16], perm[16];
   if (key_.table == DType::kQ4 && !avx512_) {
+    if (group_vecs() > 1) {  // the nibble mask, also for a byte or'ed with a copy (load_q4_single)
+      a_.mov(scratch.r32(), 0x000F000F);
+      a_.vmovd(cnst(0).xmm(), scratch.r32());
+      a_.vpbroadcastd(cnst(0), cnst(0).xmm());
+    }
     for (int j = 0; j < 8; ++j) shift[j] = uint8_t(28 - 4 * j);  // nibble j to the top bits
-    load_byte_constant(consts_[0], shift, false, scratch);
+    if (group_vecs() == 1 || single_shift()) load_byte_constant(consts_.back(), shift, false, scratch);
   } else if (key_.table == DType::kQ4) {
     for (int j = 0; j < 16; ++j) perm[j] = uint8_t(j / 8), shift[j] = uint8_t(4 * (j % 8)), table[j] = uint8_t(j);
     load_byte_constant(consts_[0], perm, false, scratch);
@@ -158,8 +192,8 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     // vpermps reads the low 3 (ymm) or 4 (zmm) bits of each lane: a crumb and bits of the next,
     // which the table ignores.
     for (int j = 0; j < 16; ++j) shift[j] = uint8_t(2 * j), table[j] = uint8_t(j & 3);
-    load_byte_constant(consts_[0], shift, false, scratch);
-    load_byte_constant(consts_[1], table, true, scratch);
+    if (consts_.size() == 2) load_byte_constant(consts_[0], shift, false, scratch);
+    load_byte_constant(consts_.back(), table, true, scratch);
   }
   if (avx512_ && tail_ != 0) {
     const int64_t load_bits = key_.table == DType::kQ4 ? tail_ / 2 : key_.table == DType::kQ2 ? tail_ / 4 : tail_;
@@ -289,6 +323,7 @@ void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t col
       }
       return;
     case DType::kQ4:
+      if (group_vecs() > 1 && !single_shift()) return load_q4_single(dst, m, cols);
       // Column j is nibble j of the little-endian dword of its 8 columns.
       if (!avx512_) {
         if (whole) a_.vpbroadcastd(dst, at(m, 0, 4));
@@ -298,7 +333,7 @@ void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t col
           load_exact(dst.xmm(), m, bytes);
           a_.vpbroadcastd(dst, dst.xmm());
         }
-        a_.vpsllvd(dst, dst, cnst(0));  // nibble j to bits 28-31
+        a_.vpsllvd(dst, dst, vec(consts_.back()));  // nibble j to bits 28-31
         a_.vpsrld(dst, dst, 28);
         a_.vcvtdq2ps(dst, dst);
         return;
@@ -311,6 +346,7 @@ void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t col
       return;
     case DType::kQ2:
       // Column j is crumb j of the little-endian word (AVX2) or dword (AVX-512) of its columns.
+      if (group_vecs() > 1 && !single_shift()) return load_q2_single(dst, m, cols);
       if (avx512_) {
         if (whole) a_.vpbroadcastd(dst, at(m, 0, 4));
         else {
@@ -322,7 +358,7 @@ void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t col
         else a_.vpbroadcastb(dst, at(m, 0, 1));  // 4 columns: one byte
       }
       a_.vpsrlvd(dst, dst, cnst(0));
-      a_.vpermps(dst, dst, cnst(1));  // low bits -> crumb as f32
+      a_.vpermps(dst, dst, q2_table());  // low bits -> crumb as f32
       return;
     default: internal("not a quantized table");
   }

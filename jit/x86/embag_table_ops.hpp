@@ -67,6 +67,22 @@ class X86TableOps {
   /// dst = the row's `cols` columns as f32 (quantized: the dequantized value of beyond-ATen 3).
   /// Lanes >= cols are unspecified.
   void load_value(uint32_t dst, const asmjit::x86::Mem& cols_mem, int64_t cols);
+
+  /// Column groups (embag_table_ops_groups.cpp; AVX2 unweighted Q4 and Q2, every mode):
+  /// group_vecs() full vectors read as one 8-byte load (1 = no groups). Each vector
+  /// of a group holds one code position of each byte (Q4: even, odd columns; Q2: column
+  /// 4i + k in lane i of vector k), so the caller's registers of a group (accumulators, running
+  /// max and its ids) stay in that lane order until unpermute_group, once per bag.
+  int64_t group_vecs() const;
+  /// accs[k] += vector k of the group at `cols_mem`, by accumulate's rule.
+  void accumulate_group(const std::vector<uint32_t>& accs, const asmjit::x86::Mem& cols_mem);
+  /// dst = load_value of vector `member` of the group at `cols_mem`; members must come in
+  /// order with no other op of this class between them (the codes wait in a temporary).
+  void load_value_group(uint32_t dst, const asmjit::x86::Mem& cols_mem, int64_t member);
+  /// The group's registers back to column order (regs[k] = the group's columns 8k to 8k + 7).
+  /// The 1-argument form uses the temporaries (sum, mean), the other the given scratch ids.
+  void unpermute_group(const std::vector<uint32_t>& regs);
+  void unpermute_group(const std::vector<uint32_t>& regs, uint32_t scratch0, uint32_t scratch1);
   /// Mean: div = (float)max(count, 1) broadcast, rounded to the table dtype for f16/bf16
   /// tables (A1 3). Clobbers `scratch`.
   void mean_divisor(uint32_t div, const asmjit::x86::Gp& count, const asmjit::x86::Gp& scratch);
@@ -81,9 +97,14 @@ class X86TableOps {
   asmjit::x86::Vec vec(uint32_t id) const;
   asmjit::x86::Vec temp(size_t i) const { return vec(temps_.at(i)); }
   asmjit::x86::Vec cnst(size_t i) const { return vec(consts_.at(i)); }
+  asmjit::x86::Vec q2_table() const { return vec(consts_.back()); }  // crumb -> f32 (Q2)
   bool quantized() const { return is_quantized_table(key_.table); }
   bool full(int64_t cols) const;  // checks cols: lanes, or the row's tail
   int64_t temps_needed() const;
+  uint32_t consts_needed() const;
+  bool single_shift() const;  // column groups: vectors outside groups use the shift vector
+  void load_q4_single(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
+  void load_q2_single(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
 
   // Loads (embag_table_ops.cpp).
   void load_byte_constant(uint32_t id, const uint8_t* bytes, bool to_float, const asmjit::x86::Gp& scratch);
