@@ -13,6 +13,7 @@
 // embag_table_ops_groups.cpp: Q4 4.5, Q2 4 per vector); vectors outside a group take the counts
 // above, or without the shift vector (single_shift()) Q4 8 and Q2 10.
 #include "jit/x86/embag_table_ops.hpp"
+#include "jit/x86/embag_table_ops_detail.hpp"
 
 #include <algorithm>
 #include <string>
@@ -22,20 +23,8 @@
 namespace shapejit::jit {
 
 using namespace asmjit;
-
-namespace {
-
-x86::Mem at(const x86::Mem& m, int64_t offset, uint32_t size) {
-  x86::Mem r = m.cloneAdjusted(offset);
-  r.setSize(size);
-  return r;
-}
-
-[[noreturn]] void internal(const std::string& why) {
-  throw Error(Status::kInternalError, "x86 table ops: " + why);
-}
-
-}  // namespace
+using table_ops_detail::at;
+using table_ops_detail::internal;
 
 X86TableOps::X86TableOps(const EmbagKey& key, x86::Assembler& a)
     : key_(key), a_(a), avx512_(key.isa == Isa::kAvx512), lanes_(avx512_ ? 16 : 8), tail_(key.dim % lanes_) {

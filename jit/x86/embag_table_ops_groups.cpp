@@ -8,6 +8,7 @@
 // Per 8 columns (AVX2): Q4 4.5 instructions instead of 6, Q2 4 instead of 5 (the load and its
 // shifts/masks shared by the group), plus unpermute_group per bag (Q4 4 per group, Q2 14).
 #include "jit/x86/embag_table_ops.hpp"
+#include "jit/x86/embag_table_ops_detail.hpp"
 
 #include <string>
 
@@ -16,20 +17,8 @@
 namespace shapejit::jit {
 
 using namespace asmjit;
-
-namespace {
-
-x86::Mem at(const x86::Mem& m, int64_t offset, uint32_t size) {
-  x86::Mem r = m.cloneAdjusted(offset);
-  r.setSize(size);
-  return r;
-}
-
-[[noreturn]] void internal(const std::string& why) {
-  throw Error(Status::kInternalError, "x86 table ops: " + why);
-}
-
-}  // namespace
+using table_ops_detail::at;
+using table_ops_detail::internal;
 
 void X86TableOps::accumulate_group(const std::vector<uint32_t>& accs, const x86::Mem& m) {
   if (group_vecs() < 2 || int64_t(accs.size()) != group_vecs()) internal("accumulate_group: not a group");

@@ -3,22 +3,18 @@
 #include <string>
 
 #include "jit/x86/embag_table_ops.hpp"
+#include "jit/x86/embag_table_ops_detail.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::jit {
 
 using namespace asmjit;
+using table_ops_detail::at;
 
 namespace {
 
 constexpr uint32_t kRoundNearestEven = 0;  // vcvtps2ph imm8: RNE, not MXCSR's mode
 constexpr uint32_t kCmpUnordQ = 3;
-
-x86::Mem at(const x86::Mem& m, int64_t offset, uint32_t size) {
-  x86::Mem r = m.cloneAdjusted(offset);
-  r.setSize(size);
-  return r;
-}
 
 }  // namespace
 
