@@ -12,7 +12,7 @@ Charts (one file each, only those the run has rows for):
   linear_group.png            GFLOP/s per case against the peers, one panel per thread count, with
                               the case's measured limit (FMA peak, or DRAM bandwidth for decode
                               cases) drawn as a dashed mark
-Names follow docs/design.md: embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads> and
+Names follow the benchmark names of README.md (section Benchmarks and charts): embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads> and
 linear_group/<impl>/<case>/t<threads>; counters GBps, GFLOPs, vs_peak, vs_bw.
 Needs python3-matplotlib (Debian). Run with /usr/bin/python3.
 """
