@@ -8,6 +8,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "runtime/perf_map.hpp"
+
 namespace shapejit::rt {
 namespace {
 
@@ -91,6 +93,9 @@ bool dual_mapping_available() {
 }
 
 CodeMemoryScheme default_code_memory_scheme() {
+  // perf applies /tmp/perf-<pid>.map only to anonymous executable mappings, never to the memfd of
+  // a dual mapping: a process that asked for the map gets kernels in anonymous pages instead.
+  if (perf_map_enabled()) return CodeMemoryScheme::kWriteThenProtect;
   return dual_mapping_available() ? CodeMemoryScheme::kDualMapping : CodeMemoryScheme::kWriteThenProtect;
 }
 

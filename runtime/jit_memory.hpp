@@ -11,7 +11,8 @@ namespace shapejit::rt {
 
 /// How a runtime keeps code W^X.
 enum class CodeMemoryScheme {
-  kAuto,              ///< dual mapping when this process can create one, else write-then-protect
+  kAuto,              ///< dual mapping when this process can create one and the perf map
+                      ///< (SHAPEJIT_PERF_MAP, runtime/perf_map.hpp) is off, else write-then-protect
   kDualMapping,       ///< asmjit's dual mapping: one memfd mapped r-x (run) and rw- (written)
   kWriteThenProtect,  ///< each kernel in its own pages: mapped rw-, written, then made r-x
 };

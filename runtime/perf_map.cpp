@@ -15,6 +15,8 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/perf_jitdump.hpp"
+
 namespace shapejit::rt {
 namespace {
 
@@ -72,7 +74,7 @@ int open_map_file(const std::string& path, std::string& why) {
 
 }  // namespace
 
-bool perf_map_env_enabled(const char* value) {
+bool perf_map_env_enabled(const char* value, const char* variable) {
   if (value == nullptr) return false;
   const std::string_view v(value);
   for (std::string_view on : {"1", "true", "yes", "on"})
@@ -80,7 +82,7 @@ bool perf_map_env_enabled(const char* value) {
   bool known_off = v.empty();
   for (std::string_view off : {"0", "false", "no", "off"}) known_off = known_off || equals_ignoring_case(v, off);
   if (!known_off)  // a typo must not silently leave the profile anonymous
-    std::fprintf(stderr, "shapejit: SHAPEJIT_PERF_MAP=%s is not 1/0 (true/false); perf map disabled\n", value);
+    std::fprintf(stderr, "shapejit: %s=%s is not 1/0 (true/false); left disabled\n", variable, value);
   return false;
 }
 
@@ -108,6 +110,7 @@ std::string perf_map_line(const void* start, size_t size, std::string_view name)
 }
 
 void perf_map_record(const void* start, size_t size, std::string_view name) noexcept {
+  perf_jitdump_record(start, size, name);
   if (!perf_map_enabled()) return;
   try {
     const std::string path = perf_map_path();
