@@ -2,12 +2,16 @@
 // the gather limit of the machine (limit), side by side in one process.
 //
 // Names: embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads>
-//   impl  jit    the public C API (shapejit_embedding_bag, shapejit_set_num_threads(threads))
+//   impl  jit    the public C API (shapejit_embedding_bag, shapejit_set_num_threads(threads)) on
+//                the ISA the engine selects (the host's best, capped by SHAPEJIT_ISA)
 //         ref    shapejit::ref::embedding_bag, called directly (one thread; no t2 rows)
 //         aten   at::_embedding_bag_forward_only, at::set_num_threads(1) (t1 rows only)
-//         limit  bench/gather_limit.cpp: minimal AVX-512 gather with prefetch 16 indices ahead;
-//                at t2 the bags are split in two halves of equal index count on a 2-thread
-//                tbb::task_arena
+//         limit  bench/gather_limit_<isa>.cpp for the engine's ISA (avx512, avx2 or neon): the
+//                minimal hand-written gather with prefetch 16 indices ahead; at t2 the bags are
+//                split in two halves of equal index count on a 2-thread tbb::task_arena
+//         jit-<isa>, limit-<isa>  the same two on a lower vector ISA the host also runs
+//                (jit pinned with rt::ScopedIsaOverride): on AVX-512 hosts jit-avx2 and
+//                limit-avx2, so every ISA's kernels meet the limit of their own ISA in one run
 //   mode  sum, mean, wsum (sum with per_sample_weights), max
 //   len   indices per bag; `zipf32` = Zipf-like lengths (bag of rank r gets ~1/r of the
 //         indices) with the same total as 32 per bag, bag order shuffled
@@ -28,7 +32,7 @@
 // the figure least disturbed by the other processes of the shared machine. Each benchmark sets the
 // counter `bytes` = row bytes gathered per call (non-padding indices x D x 4);
 // embedding_bag_rows.cpp turns it into GBps and computes, on jit rows, vs_limit = time(limit row of
-// the same case and threads) / time(jit row) and vs_aten = time(aten t1 row of the same case) /
+// the same case, threads and ISA) / time(jit row) and vs_aten = time(aten t1 row of the same case) /
 // time(jit row), i.e. ratios of GB/s from rows of the same run (ref and aten rows also get
 // vs_limit, ref rows vs_aten); at t2, vs_aten is jit on 2 threads against ATen on 1. A filter that
 // drops the limit or aten row of a case leaves the ratio empty.
@@ -44,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,8 +56,9 @@
 #include "aten_runner.hpp"
 #include "embag_timing.hpp"
 #include "gather_limit.hpp"
-#include "jit/host_features.hpp"
+#include "limit_select.hpp"
 #include "ref/embedding_bag.hpp"
+#include "runtime/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
 
@@ -93,10 +99,17 @@ struct Case {
   ModeSpec mode;
   WorkloadSpec data;
   int threads;
+  jit::Isa isa;         ///< what jit and limit run (aten and ref ignore it)
+  bool pinned = false;  ///< isa is not the engine's selection: named <impl>-<isa>, jit pinned to it
 
   std::string name() const {
-    return std::string("embedding_bag/") + impl_name(impl) + "/" + mode.name + "/" + data.name() +
-           "/t" + std::to_string(threads);
+    // Appended piece by piece: g++ 12 warns falsely (-Wrestrict) on "literal" + std::string&&.
+    std::string s = "embedding_bag/";
+    s += impl_name(impl);
+    if (pinned) s.append("-").append(jit::isa_name(isa));
+    s.append("/").append(mode.name).append("/").append(data.name());
+    s.append("/t").append(std::to_string(threads));
+    return s;
   }
   /// The case without the implementation: what the output check and the ratios match on.
   std::string problem() const {
@@ -203,12 +216,14 @@ class AtenCaseRunner final : public Runner {
 
 class LimitRunner final : public Runner {
  public:
-  LimitRunner(const Workload& w, const ModeSpec& mode, int threads)
+  LimitRunner(const Workload& w, const ModeSpec& mode, int threads, jit::Isa isa)
       : w_(w), threads_(threads), output_(size_t(w.spec().bags * w.spec().dim)) {
-    if (const std::string why = jit::isa_unsupported_reason(jit::host_features(), jit::Isa::kAvx512); !why.empty())
-      throw std::runtime_error("limit: the kernel is AVX-512 code and " + why);
+    std::string why_not;
+    loop_ = limit_loop(isa, why_not);
+    if (!loop_) throw std::runtime_error(why_not);
     if (!limit_dim_supported(w.spec().dim))
-      throw std::runtime_error("limit: no kernel for D=" + std::to_string(w.spec().dim));
+      throw std::runtime_error("limit: no loop for D=" + std::to_string(w.spec().dim) +
+                               " (D must be one of 16, 32, 64, 128, 256, 512)");
     args_.table = w.table();
     args_.row_stride = w.spec().dim;
     args_.dim = w.spec().dim;
@@ -230,14 +245,14 @@ class LimitRunner final : public Runner {
   void run(int64_t set) override {
     args_.indices = w_.indices(set);
     if (threads_ == 1) {
-      limit_embedding_bag(args_, 0, args_.num_offsets);
+      loop_(args_, 0, args_.num_offsets);
       return;
     }
     arena().execute([&] {
       tbb::parallel_for(
           0, threads_,
           [&](int c) {
-            limit_embedding_bag(args_, chunk_begin_[size_t(c)], chunk_begin_[size_t(c) + 1]);
+            loop_(args_, chunk_begin_[size_t(c)], chunk_begin_[size_t(c) + 1]);
           },
           tbb::static_partitioner());
     });
@@ -256,6 +271,7 @@ class LimitRunner final : public Runner {
   const Workload& w_;
   int threads_;
   std::vector<float> output_;
+  LimitLoop loop_ = nullptr;
   LimitArgs args_;
   std::vector<int64_t> chunk_begin_;
 };
@@ -263,7 +279,7 @@ class LimitRunner final : public Runner {
 std::unique_ptr<Runner> make_runner(const Case& c, const Workload& w) {
   switch (c.impl) {
     case Impl::kLimit:
-      return std::make_unique<LimitRunner>(w, c.mode, c.threads);
+      return std::make_unique<LimitRunner>(w, c.mode, c.threads, c.isa);
     case Impl::kAten:
       return std::make_unique<AtenCaseRunner>(w, c.mode, c.threads);
     case Impl::kRef:
@@ -314,6 +330,10 @@ void check_output_once(const Case& c, Workload& w, Runner& runner) {
 
 void run_case(benchmark::State& state, const Case& c) {
   try {
+    // A pinned jit row generates and runs its kernels for c.isa; the pin is process-wide and
+    // benchmarks run one at a time, so it covers exactly this row's calls.
+    std::optional<rt::ScopedIsaOverride> pin;
+    if (c.pinned && c.impl == Impl::kJit) pin.emplace(c.isa);
     Workload& w = workload_for(c.data);
     const auto runner = make_runner(c, w);
     check_output_once(c, w, *runner);
@@ -329,13 +349,20 @@ void register_case(const Case& c) {
   register_embag_benchmark(c.name(), [c](benchmark::State& s) { run_case(s, c); });
 }
 
-// Per problem: t1 limit, aten, ref, jit; then t2 limit, jit. ATen is the 1-thread peer (its
-// OpenMP pool at 2 threads is erratic on the shared 2-core machine next to the TBB pools: calls
-// of milliseconds instead of microseconds), so there is no aten t2 row.
+// Per problem: t1 limit, aten, ref, jit, then limit-<isa>, jit-<isa> per lower ISA; the same
+// at t2 without aten and ref. ATen is the 1-thread peer (its OpenMP pool at 2 threads is erratic
+// on the shared 2-core machine next to the TBB pools: calls of milliseconds instead of
+// microseconds), so there is no aten t2 row.
 void register_problem(const ModeSpec& mode, const WorkloadSpec& data) {
-  for (Impl impl : {Impl::kLimit, Impl::kAten, Impl::kRef, Impl::kJit})
-    register_case({impl, mode, data, 1});
-  for (Impl impl : {Impl::kLimit, Impl::kJit}) register_case({impl, mode, data, 2});
+  static const std::vector<jit::Isa> isas = bench_isas();
+  for (int threads : {1, 2}) {
+    for (Impl impl : {Impl::kLimit, Impl::kAten, Impl::kRef, Impl::kJit})
+      if (threads == 1 || impl == Impl::kLimit || impl == Impl::kJit)
+        register_case({impl, mode, data, threads, isas.front()});
+    for (size_t i = 1; i < isas.size(); ++i)
+      for (Impl impl : {Impl::kLimit, Impl::kJit})
+        register_case({impl, mode, data, threads, isas[i], true});
+  }
 }
 
 bool register_all() {

@@ -5,8 +5,10 @@
 //   Mrows_s   counter `rows` (rows gathered per call) / minimum time per call, in millions
 //   vs_f32    on jit rows of a table dtype (names ending /<dtype>): time of the f32 jit row of the
 //             same case / this row's time, i.e. this row's rows/s over the f32 kernel's
-//   vs_limit  on jit, ref and aten rows: time of embedding_bag/limit/<case> / this row's time
-//   vs_aten   on jit and ref rows: time of embedding_bag/aten/<case> / this row's time, where
+//   vs_limit  on jit, ref and aten rows: time of embedding_bag/limit/<case> / this row's time;
+//             on jit-<isa> rows (an ISA below the engine's, embedding_bag_bench.cpp) the
+//             limit-<isa> row of the same case, i.e. always the limit loop of the row's own ISA
+//   vs_aten   on jit, jit-<isa> and ref rows: time of embedding_bag/aten/<case> / this row's time, where
 //             the aten row at the same thread count is used when there is one, else the t1 row
 //             (ATen is benchmarked on 1 thread only)
 // where <case> = <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]. Both ratios equal this row's GB/s
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "bench_rows.hpp"
+#include "runtime/isa_select.hpp"
 
 namespace shapejit::bench {
 namespace {
@@ -27,7 +30,8 @@ namespace {
 constexpr const char* kPrefix = "embedding_bag/";
 
 struct EmbagName {
-  std::string impl;
+  std::string impl;     // jit, ref, aten, limit (the part of <impl> before a '-')
+  std::string isa;      // "-avx2" for jit-avx2 and limit-avx2, "" for the engine's own ISA
   std::string problem;  // <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]
 };
 
@@ -44,15 +48,18 @@ std::optional<EmbagName> parse(const std::string& name) {
   if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   const size_t slash = name.find('/', prefix.size());
   if (slash == std::string::npos) return std::nullopt;
-  return EmbagName{name.substr(prefix.size(), slash - prefix.size()), name.substr(slash + 1)};
+  const std::string impl = name.substr(prefix.size(), slash - prefix.size());
+  const size_t dash = impl.find('-');
+  return EmbagName{impl.substr(0, dash), dash == std::string::npos ? "" : impl.substr(dash),
+                   name.substr(slash + 1)};
 }
 
 void finish(std::vector<BenchRow*>& rows) {
-  std::map<std::string, double> limit, aten;  // case -> seconds
+  std::map<std::string, double> limit, aten;  // limit: <isa suffix><case>, aten: case -> seconds
   for (const BenchRow* r : rows) {
     const auto n = parse(r->name);
     if (!n || r->error || r->seconds <= 0) continue;
-    if (n->impl == "limit") limit[n->problem] = r->seconds;
+    if (n->impl == "limit") limit[n->isa + n->problem] = r->seconds;
     if (n->impl == "aten") aten[n->problem] = r->seconds;
   }
   const auto ratio = [](const std::map<std::string, double>& peer, const std::string& problem,
@@ -68,7 +75,8 @@ void finish(std::vector<BenchRow*>& rows) {
   std::map<std::string, double> jit;  // f32 jit rows: case -> seconds
   for (const BenchRow* r : rows) {
     const auto n = parse(r->name);
-    if (n && !r->error && r->seconds > 0 && n->impl == "jit") jit[n->problem] = r->seconds;
+    if (n && !r->error && r->seconds > 0 && n->impl == "jit" && n->isa.empty())
+      jit[n->problem] = r->seconds;
   }
   for (BenchRow* r : rows) {
     const auto n = parse(r->name);
@@ -77,7 +85,7 @@ void finish(std::vector<BenchRow*>& rows) {
     if (const auto rows_per_s = r->giga_per_second("rows")) r->set("Mrows_s", *rows_per_s * 1e3);
     const auto [f32_case, dtype] = split_dtype(n->problem);
     if (n->impl == "jit" && !dtype.empty()) r->set("vs_f32", ratio(jit, f32_case, r->seconds));
-    if (n->impl != "limit") r->set("vs_limit", ratio(limit, n->problem, r->seconds));
+    if (n->impl != "limit") r->set("vs_limit", ratio(limit, n->isa + n->problem, r->seconds));
     if (n->impl == "jit" || n->impl == "ref")
       r->set("vs_aten", aten.count(n->problem) ? ratio(aten, n->problem, r->seconds)
                                                : ratio(aten, at_t1(n->problem), r->seconds));
@@ -91,21 +99,25 @@ std::string cell(std::optional<double> v, const char* format) {
   return buf;
 }
 
-// One line per case with every implementation's GB/s side by side.
+// One line per case with every implementation's GB/s side by side; the jit-<isa> and
+// limit-<isa> rows of a case get a line of their own, `<case> @<isa>`.
 void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
   std::vector<std::string> order;
   std::map<std::string, std::map<std::string, const BenchRow*>> by_case;
   for (const BenchRow* r : rows) {
     const auto n = parse(r->name);
     if (!n) continue;
-    if (!by_case.count(n->problem)) order.push_back(n->problem);
-    by_case[n->problem][n->impl] = r;
+    const std::string line = n->isa.empty() ? n->problem : n->problem + " @" + n->isa.substr(1);
+    if (!by_case.count(line)) order.push_back(line);
+    by_case[line][n->impl] = r;
   }
   size_t width = 4;
   for (const auto& p : order) width = std::max(width, p.size());
   char line[256];
-  out << "\nembedding_bag: GB/s of row bytes at the minimum time, side by side (jit/f32: rows/s over "
-         "the f32 kernel's)\n";
+  out << "\nembedding_bag: GB/s of row bytes at the minimum time, side by side (jit and limit run "
+      << jit::isa_name(rt::selected_isa())
+      << "; a line `@<isa>` has the jit-<isa> and limit-<isa> rows;\njit/f32: rows/s over the f32 "
+         "kernel's)\n";
   std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s %8s\n", int(width), "case", "limit",
                 "aten", "ref", "jit", "jit/limit", "jit/aten", "jit/f32");
   out << line;

@@ -1,12 +1,13 @@
-// The `limit` implementation of the embedding-bag benchmarks: a minimal hand-written AVX-512
-// gather loop (D/16 zmm accumulators, the row of the index 16 positions ahead prefetched) that
-// measures what the memory system allows. It is not an embedding bag: no padding, no integer
-// outputs, f32 tables and int64 indices/offsets only, D in kLimitDims.
+// The `limit` loops of the embedding-bag benchmarks: per instruction set, the minimal
+// hand-written gather loop (accumulators in vector registers, the row of the index 16 positions
+// ahead prefetched) that measures what the memory system allows. They are not embedding bags: no
+// padding, no integer outputs, f32 tables and int64 indices/offsets only, D a multiple of 16 in
+// 16..512 (limit_dim_supported). limit_select.hpp picks the loop of an ISA for the running host.
 //
-// This header is shared between the AVX-512 translation unit (gather_limit.cpp, compiled with
-// -mavx512*) and ordinary code, so it declares plain data and functions only: an inline
-// function or template defined here could be emitted with AVX-512 instructions and picked by
-// the linker for a non-AVX-512 caller.
+// One file per ISA (gather_limit_avx512.cpp, gather_limit_avx2.cpp, gather_limit_neon.cpp), each
+// compiled for its ISA alone. This header is shared between them and ordinary code, so it
+// declares plain data and functions only: an inline function or template defined here could be
+// emitted with AVX-512 instructions and picked by the linker for a non-AVX-512 caller.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ enum class LimitOp : int {
   kMax = 3,          ///< max(acc, x) from -inf (empty bags give 0); no max_indices
 };
 
-/// One problem for the limit kernel. Bag b covers index positions [offsets[b], end_b) with
+/// One problem for a limit loop. Bag b covers index positions [offsets[b], end_b) with
 /// end_b = offsets[b + 1], or num_indices for the last bag (include_last_offset false).
 struct LimitArgs {
   const float* table = nullptr;
@@ -36,15 +37,19 @@ struct LimitArgs {
   float* output = nullptr;  ///< [num_offsets, dim]
 };
 
-/// Prefetch distance of the limit kernel, in index positions.
+/// Prefetch distance of every limit loop, in index positions.
 inline constexpr int kLimitPrefetchDistance = 16;
 
-/// True when the kernel has a specialisation for this row width (16, 32, ..., 512).
-bool limit_dim_supported(int64_t dim);
+// Each computes bags [bag_begin, bag_end) of `args` on the calling thread and returns true, or
+// returns false (computing nothing) for a dim it has no specialisation for, or when the build
+// is for another CPU family. The caller checks first that the host runs the ISA's code
+// (limit_loop() in limit_select.hpp does).
 
-/// Computes bags [bag_begin, bag_end) of `args` on the calling thread; the caller checks first
-/// that the host runs AVX-512 code (jit::host_runs(Isa::kAvx512), the engine's rule, which
-/// covers the -mavx512f/bw/dq/vl this file is compiled for). Returns false (computing nothing) for an unsupported dim.
-bool limit_embedding_bag(const LimitArgs& args, int64_t bag_begin, int64_t bag_end);
+/// zmm loop; gather_limit_avx512.cpp, compiled with -mavx512f/bw/dq/vl.
+bool limit_embedding_bag_avx512(const LimitArgs& args, int64_t bag_begin, int64_t bag_end);
+/// ymm loop over column blocks of at most 16 registers; gather_limit_avx2.cpp, -mavx2 -mfma.
+bool limit_embedding_bag_avx2(const LimitArgs& args, int64_t bag_begin, int64_t bag_end);
+/// 128-bit NEON loop over column blocks of 16 registers; gather_limit_neon.cpp (AArch64 only).
+bool limit_embedding_bag_neon(const LimitArgs& args, int64_t bag_begin, int64_t bag_end);
 
 }  // namespace shapejit::bench

@@ -4,7 +4,10 @@
 #   --check: install nothing; print the missing packages, one a line (exit 1 when any is).
 #   core:  build the library, tools and benchmarks;
 #   test:  + oracle (libtorch, python3-torch), emulators, clang and the Python test tools;
-#   bench: core + the benchmark peers (libtorch, oneDNN, OpenBLAS, libxsmm, XNNPACK);
+#   bench: core + the benchmark peers (libtorch, oneDNN, OpenBLAS, libxsmm, XNNPACK) and what
+#          their CMake configs need: Debian's oneDNN is built with the OpenCL GPU runtime, so
+#          its dnnl-config.cmake calls find_package(OpenCL REQUIRED), which stops the whole
+#          configure step without the OpenCL loader and headers (its package does not pull them);
 #   cross: the AArch64 cross build run under qemu (cross g++, qemu-user and the :arm64
 #          libraries; adds the arm64 dpkg architecture once);
 #   all:   test + cross.
@@ -17,8 +20,9 @@ level=${1:-test}
 
 core=(cmake ninja-build g++ pkgconf libasmjit-dev libsleef-dev libtbb-dev doctest-dev
       libbenchmark-dev libcli11-dev)
-test=(libtorch-dev qemu-user clang libclang-rt-14-dev python3-torch python3-pytest python3-matplotlib)
-bench=(libtorch-dev libdnnl-dev libopenblas-dev libxsmm-dev libxnnpack-dev libpthreadpool-dev)
+test=(libtorch-dev qemu-user clang libclang-rt-14-dev python3-torch python3-pytest python3-matplotlib python3-pip)
+bench=(libtorch-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libxsmm-dev
+       libxnnpack-dev libpthreadpool-dev)
 # The cross build reuses doctest-dev and libcli11-dev (Architecture: all, header-only).
 cross_host=(g++-aarch64-linux-gnu qemu-user)
 cross_target=(libasmjit-dev:arm64 libtbb-dev:arm64 libsleef-dev:arm64)

@@ -124,8 +124,10 @@ def plot_embag_sweeps(plt, rows, threads, machine, path):
             for impl in ordered({r["impl"] for r in group}, EMBAG_IMPLS + ["limit"]):
                 pts = sorted((r["dim"], r["gbps"]) for r in group if r["impl"] == impl)
                 xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-                if impl == "limit":
-                    ax.plot(xs, ys, "k--", linewidth=1.5, label="measured limit" + label_suffix)
+                if impl.startswith("limit"):  # limit, and limit-avx2 on AVX-512 hosts
+                    isa = impl[len("limit-"):] if impl != "limit" else ""
+                    ax.plot(xs, ys, "--", color="k" if not isa else "0.5", linewidth=1.5,
+                            label="measured limit" + (" " + isa if isa else "") + label_suffix)
                 else:
                     ax.plot(xs, ys, marker="o", color=STYLE.get(impl), label=impl + label_suffix,
                             linewidth=2.5 if impl == "jit" else 1.5)

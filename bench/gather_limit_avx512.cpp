@@ -1,4 +1,4 @@
-// The limit kernel: the simplest AVX-512 loop that gathers rows into zmm accumulators, with
+// The AVX-512 limit loop: the simplest loop that gathers rows into zmm accumulators, with
 // software prefetch. Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl (this file only,
 // see bench/CMakeLists.txt). It deliberately uses no standard-library templates or inline
 // functions from shared headers, so no AVX-512 copy of a shared inline function can leak into
@@ -88,11 +88,7 @@ void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
 
 }  // namespace
 
-bool limit_dim_supported(int64_t dim) {
-  return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256 || dim == 512;
-}
-
-bool limit_embedding_bag(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
+bool limit_embedding_bag_avx512(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
   switch (args.dim) {
     case 16:
       gather_bags_op<16>(args, bag_begin, bag_end);
@@ -117,10 +113,9 @@ bool limit_embedding_bag(const LimitArgs& args, int64_t bag_begin, int64_t bag_e
   }
 }
 
-#else  // not x86-64: there is no limit kernel; its rows report the host as unsupported
+#else  // not x86-64: no AVX-512 loop (limit_loop() never hands this one out there)
 
-bool limit_dim_supported(int64_t) { return false; }
-bool limit_embedding_bag(const LimitArgs&, int64_t, int64_t) { return false; }
+bool limit_embedding_bag_avx512(const LimitArgs&, int64_t, int64_t) { return false; }
 
 #endif
 

@@ -1,0 +1,133 @@
+// The AVX2 limit loop: the simplest loop that gathers rows into ymm accumulators, with software
+// prefetch. Compiled with -mavx2 -mfma (this file only, see bench/CMakeLists.txt); like the
+// AVX-512 file it uses no inline code from shared headers, so none of it can leak into callers
+// that run on hosts without AVX2.
+//
+// AVX2 has 16 ymm registers, too few for a whole row past D = 128, so the row is cut into
+// column blocks: each block keeps its accumulators in registers across the whole bag, and the
+// bag's indices are walked once per block (they are in L1 after the first block). A block is at
+// most 16 registers for sum, mean and max (the row operand folds into vaddps/vmaxps) and 8 for
+// the weighted sum (its weight takes a register, and 8 divides every D here).
+#include "gather_limit.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace shapejit::bench {
+
+#if defined(__x86_64__)
+namespace {
+
+// Columns [kFirst * 8, (kFirst + kBlock) * 8) of bags [bag_begin, bag_end).
+template <int kBlock, LimitOp kOp>
+void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_t first_col) {
+  constexpr int kLinesPerBlock = (kBlock * 32 + 63) / 64;
+  const int64_t last = a.num_indices - 1;
+  const float* table = a.table + first_col;
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const int64_t begin = a.offsets[b];
+    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
+    __m256 acc[kBlock];
+    // Every loop over v (and over cache lines) is unrolled so acc[] lives in registers.
+#pragma GCC unroll 16
+    for (int v = 0; v < kBlock; ++v)
+      acc[v] = kOp == LimitOp::kMax ? _mm256_set1_ps(-__builtin_inff()) : _mm256_setzero_ps();
+    for (int64_t i = begin; i < end; ++i) {
+      // The prefetch follows the global index stream, so it runs ahead across bag boundaries;
+      // it fetches this block's lines only (the other blocks fetch theirs on their pass).
+      const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
+      const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
+#pragma GCC unroll 16
+      for (int l = 0; l < kLinesPerBlock; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      const float* row = table + a.indices[i] * a.row_stride;
+      if constexpr (kOp == LimitOp::kWeightedSum) {
+        const __m256 w = _mm256_broadcast_ss(a.per_sample_weights + i);
+#pragma GCC unroll 16
+        for (int v = 0; v < kBlock; ++v)
+          acc[v] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * v), acc[v]);
+      } else if constexpr (kOp == LimitOp::kMax) {
+#pragma GCC unroll 16
+        for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_max_ps(acc[v], _mm256_loadu_ps(row + 8 * v));
+      } else {
+#pragma GCC unroll 16
+        for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + 8 * v));
+      }
+    }
+    if constexpr (kOp == LimitOp::kMean) {
+      const __m256 count = _mm256_set1_ps(static_cast<float>(end > begin ? end - begin : 1));
+#pragma GCC unroll 16
+      for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_div_ps(acc[v], count);
+    }
+    if (kOp == LimitOp::kMax && end == begin) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_setzero_ps();
+    }
+    float* out = a.output + b * a.dim + first_col;
+#pragma GCC unroll 16
+    for (int v = 0; v < kBlock; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
+  }
+}
+
+template <int kDim, LimitOp kOp>
+void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+  constexpr int kVecs = kDim / 8;
+  constexpr int kMaxBlock = kOp == LimitOp::kWeightedSum ? 8 : 16;
+  constexpr int kBlock = kVecs < kMaxBlock ? kVecs : kMaxBlock;
+  static_assert(kVecs % kBlock == 0, "the column blocks must tile the row");
+  for (int64_t col = 0; col < kDim; col += 8 * kBlock)
+    gather_block<kBlock, kOp>(a, bag_begin, bag_end, col);
+}
+
+template <int kDim>
+void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+  switch (a.op) {
+    case LimitOp::kSum:
+      gather_bags<kDim, LimitOp::kSum>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kMean:
+      gather_bags<kDim, LimitOp::kMean>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kWeightedSum:
+      gather_bags<kDim, LimitOp::kWeightedSum>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kMax:
+      gather_bags<kDim, LimitOp::kMax>(a, bag_begin, bag_end);
+      return;
+  }
+}
+
+}  // namespace
+
+bool limit_embedding_bag_avx2(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
+  switch (args.dim) {
+    case 16:
+      gather_bags_op<16>(args, bag_begin, bag_end);
+      return true;
+    case 32:
+      gather_bags_op<32>(args, bag_begin, bag_end);
+      return true;
+    case 64:
+      gather_bags_op<64>(args, bag_begin, bag_end);
+      return true;
+    case 128:
+      gather_bags_op<128>(args, bag_begin, bag_end);
+      return true;
+    case 256:
+      gather_bags_op<256>(args, bag_begin, bag_end);
+      return true;
+    case 512:
+      gather_bags_op<512>(args, bag_begin, bag_end);
+      return true;
+    default:
+      return false;
+  }
+}
+
+#else  // not x86-64: no AVX2 loop (limit_loop() never hands this one out there)
+
+bool limit_embedding_bag_avx2(const LimitArgs&, int64_t, int64_t) { return false; }
+
+#endif
+
+}  // namespace shapejit::bench

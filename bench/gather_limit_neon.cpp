@@ -1,0 +1,127 @@
+// The NEON limit loop (AArch64): the simplest loop that gathers rows into q-register
+// accumulators, with software prefetch. NEON is part of the AArch64 baseline, so this file needs
+// no extra flags; on x86-64 it compiles to a stub.
+//
+// 32 q registers of 4 floats: the row is cut into column blocks of at most 16 accumulators
+// (64 floats), leaving the other 16 registers for the loaded row and the weight; each block
+// keeps its accumulators across the whole bag and walks the bag's indices once (they are in L1
+// after the first block).
+#include "gather_limit.hpp"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+namespace shapejit::bench {
+
+#if defined(__aarch64__)
+namespace {
+
+// Columns [first_col, first_col + 4 * kBlock) of bags [bag_begin, bag_end).
+template <int kBlock, LimitOp kOp>
+void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_t first_col) {
+  constexpr int kLinesPerBlock = (kBlock * 16 + 63) / 64;
+  const int64_t last = a.num_indices - 1;
+  const float* table = a.table + first_col;
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const int64_t begin = a.offsets[b];
+    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
+    float32x4_t acc[kBlock];
+    // Every loop over v (and over cache lines) is unrolled so acc[] lives in registers.
+#pragma GCC unroll 16
+    for (int v = 0; v < kBlock; ++v) acc[v] = vdupq_n_f32(kOp == LimitOp::kMax ? -__builtin_inff() : 0.0f);
+    for (int64_t i = begin; i < end; ++i) {
+      // The prefetch follows the global index stream, so it runs ahead across bag boundaries.
+      const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
+      const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
+#pragma GCC unroll 16
+      for (int l = 0; l < kLinesPerBlock; ++l) __builtin_prefetch(next + 64 * l, 0, 3);
+      const float* row = table + a.indices[i] * a.row_stride;
+      if constexpr (kOp == LimitOp::kWeightedSum) {
+        const float32x4_t w = vdupq_n_f32(a.per_sample_weights[i]);
+#pragma GCC unroll 16
+        for (int v = 0; v < kBlock; ++v) acc[v] = vfmaq_f32(acc[v], w, vld1q_f32(row + 4 * v));
+      } else if constexpr (kOp == LimitOp::kMax) {
+#pragma GCC unroll 16
+        for (int v = 0; v < kBlock; ++v) acc[v] = vmaxq_f32(acc[v], vld1q_f32(row + 4 * v));
+      } else {
+#pragma GCC unroll 16
+        for (int v = 0; v < kBlock; ++v) acc[v] = vaddq_f32(acc[v], vld1q_f32(row + 4 * v));
+      }
+    }
+    if constexpr (kOp == LimitOp::kMean) {
+      const float32x4_t count = vdupq_n_f32(static_cast<float>(end > begin ? end - begin : 1));
+#pragma GCC unroll 16
+      for (int v = 0; v < kBlock; ++v) acc[v] = vdivq_f32(acc[v], count);
+    }
+    if (kOp == LimitOp::kMax && end == begin) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kBlock; ++v) acc[v] = vdupq_n_f32(0.0f);
+    }
+    float* out = a.output + b * a.dim + first_col;
+#pragma GCC unroll 16
+    for (int v = 0; v < kBlock; ++v) vst1q_f32(out + 4 * v, acc[v]);
+  }
+}
+
+template <int kDim, LimitOp kOp>
+void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+  constexpr int kVecs = kDim / 4;
+  constexpr int kBlock = kVecs < 16 ? kVecs : 16;
+  static_assert(kVecs % kBlock == 0, "the column blocks must tile the row");
+  for (int64_t col = 0; col < kDim; col += 4 * kBlock)
+    gather_block<kBlock, kOp>(a, bag_begin, bag_end, col);
+}
+
+template <int kDim>
+void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+  switch (a.op) {
+    case LimitOp::kSum:
+      gather_bags<kDim, LimitOp::kSum>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kMean:
+      gather_bags<kDim, LimitOp::kMean>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kWeightedSum:
+      gather_bags<kDim, LimitOp::kWeightedSum>(a, bag_begin, bag_end);
+      return;
+    case LimitOp::kMax:
+      gather_bags<kDim, LimitOp::kMax>(a, bag_begin, bag_end);
+      return;
+  }
+}
+
+}  // namespace
+
+bool limit_embedding_bag_neon(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
+  switch (args.dim) {
+    case 16:
+      gather_bags_op<16>(args, bag_begin, bag_end);
+      return true;
+    case 32:
+      gather_bags_op<32>(args, bag_begin, bag_end);
+      return true;
+    case 64:
+      gather_bags_op<64>(args, bag_begin, bag_end);
+      return true;
+    case 128:
+      gather_bags_op<128>(args, bag_begin, bag_end);
+      return true;
+    case 256:
+      gather_bags_op<256>(args, bag_begin, bag_end);
+      return true;
+    case 512:
+      gather_bags_op<512>(args, bag_begin, bag_end);
+      return true;
+    default:
+      return false;
+  }
+}
+
+#else  // not AArch64: no NEON loop (limit_loop() never hands this one out there)
+
+bool limit_embedding_bag_neon(const LimitArgs&, int64_t, int64_t) { return false; }
+
+#endif
+
+}  // namespace shapejit::bench

@@ -1,0 +1,44 @@
+// Maps an ISA to its limit loop after the engine's host rule (jit/host_features.hpp), and lists
+// the ISAs the benchmark rows measure. Compiled with the ordinary flags.
+#include "limit_select.hpp"
+
+#include "jit/host_features.hpp"
+#include "runtime/isa_select.hpp"
+
+namespace shapejit::bench {
+
+LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
+  LimitLoop loop = nullptr;
+#if defined(__x86_64__)
+  if (isa == jit::Isa::kAvx512) loop = limit_embedding_bag_avx512;
+  if (isa == jit::Isa::kAvx2) loop = limit_embedding_bag_avx2;
+#elif defined(__aarch64__)
+  if (isa == jit::Isa::kNeon) loop = limit_embedding_bag_neon;
+#endif
+  if (!loop) {
+    why_not = isa == jit::Isa::kScalar
+                  ? "limit: there is no scalar limit loop (the engine runs scalar code here, "
+                    "e.g. under SHAPEJIT_ISA=scalar; the ref rows are that code)"
+                  : "limit: this build has no " + std::string(jit::isa_name(isa)) + " loop";
+    return nullptr;
+  }
+  if (std::string why = jit::isa_unsupported_reason(jit::host_features(), isa); !why.empty()) {
+    why_not = "limit: the " + std::string(jit::isa_name(isa)) + " loop cannot run here: " + why;
+    return nullptr;
+  }
+  return loop;
+}
+
+bool limit_dim_supported(int64_t dim) {
+  return dim == 16 || dim == 32 || dim == 64 || dim == 128 || dim == 256 || dim == 512;
+}
+
+std::vector<jit::Isa> bench_isas() {
+  const jit::Isa selected = rt::selected_isa();
+  std::vector<jit::Isa> isas{selected};
+  // Within the x86 family the enum is ordered by capability (jit/isa.hpp).
+  if (selected == jit::Isa::kAvx512 && jit::host_runs(jit::Isa::kAvx2)) isas.push_back(jit::Isa::kAvx2);
+  return isas;
+}
+
+}  // namespace shapejit::bench

@@ -1,0 +1,29 @@
+// Which instruction sets the embedding-bag benchmark measures, and the limit loop of each: the
+// engine's own ISA (its selection, SHAPEJIT_ISA cap included) and every lower vector ISA of
+// the same family the host runs (avx2 on AVX-512 hosts), so each ISA's kernels are compared
+// with the limit loop of the same ISA in one run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gather_limit.hpp"
+#include "jit/isa.hpp"
+
+namespace shapejit::bench {
+
+using LimitLoop = bool (*)(const LimitArgs& args, int64_t bag_begin, int64_t bag_end);
+
+/// The limit loop of `isa` when this build has one and the host runs it; otherwise nullptr and
+/// `why_not` says which of the two is missing.
+LimitLoop limit_loop(jit::Isa isa, std::string& why_not);
+
+/// True when the limit loops have a specialisation for this row width (16, 32, ..., 512).
+bool limit_dim_supported(int64_t dim);
+
+/// The ISAs the benchmark rows cover, the engine's selection first, then the lower vector ISAs
+/// of its family that the host runs (never scalar: the `ref` rows are that).
+std::vector<jit::Isa> bench_isas();
+
+}  // namespace shapejit::bench
