@@ -35,4 +35,23 @@ int64_t embag_row_trailer_bytes(DType table);
 /// near-equal size, else a full first block, a run-time loop of full blocks and a last block.
 std::vector<EmbagBlock> split_embag_blocks(int64_t num_vecs, int64_t vecs_per_block);
 
+/// Widest row (in vectors) that runs two bags in flight: up to here a row's dependent add (or
+/// FMA) chain, 3-5 cycles per row, is longer than loading its vectors at 2 per cycle.
+inline constexpr int64_t kMaxPairedBagVecs = 4;
+
+/// Two bags in flight (EmbagSkeleton's pair loop): sum mode (weighted or not) without
+/// padding_idx or pruning, any table dtype, without software prefetch, when the row is one
+/// column block of at most kMaxPairedBagVecs vectors whose accumulators for two bags fit
+/// `free_vecs` registers. Each bag keeps its own accumulators and row order, so the results are
+/// bitwise those of one bag at a time; the rule follows from the key and the back end's
+/// register file, so kernel names do not show it.
+/// Why not with prefetch (measured on Zen 2, AVX2, 4096-row tables): each bag's stream
+/// prefetching `prefetch` positions ahead of its own row lands, past the bag's end, in the
+/// pair's other bag (rows already read) and never reaches the next pair's second bag: 0.78-0.97x
+/// at D = 16..32; prefetching one pair ahead (row j of the next pair) measured 0.74-0.96x
+/// there too. Without prefetch, pairs measured 1.0-1.05x on those tables and 1.1-1.7x on
+/// L1-resident ones (D = 8..16). The skeleton still handles both loop copies, should a host
+/// class measure otherwise.
+bool embag_pairs_bags(const EmbagKey& key, int64_t num_vecs, int64_t free_vecs);
+
 }  // namespace shapejit::jit

@@ -43,6 +43,11 @@ int64_t EmbagSkeleton::plan_blocks(int64_t free_vecs) {
     wide_blocks_ = split_embag_blocks(num_vecs_, free_vecs / 3);
     for (const EmbagBlock& b : wide_blocks_) need = std::max(need, b.num_vecs * 3);
   }
+  pairs_ = embag_pairs_bags(key_, num_vecs_, free_vecs) && blocks_.size() == 1;
+  if (pairs_) {  // the second bag's accumulators follow the first's
+    pair_stride_ = num_vecs_;
+    need = 2 * num_vecs_;
+  }
   return need;
 }
 
@@ -94,10 +99,21 @@ void EmbagSkeleton::emit_bag_loop_copy(const Label& done) {
   e_->align(AlignMode::kCode, 16);
   e_->bind(bag_top);
   use_path(false);
+  if (pairs_) {  // two bags when two are left; an odd last bag falls through to one
+    Label single = e_->newLabel();
+    gp_add(G::kRow, G::kBag, 1);
+    branch(EmbagCond::kGe, G::kRow, SJ_EMBAG_FIELD(bag_end), single);
+    emit_pair_body(blocks_.front());
+    gp_add(G::kOut, G::kOut, 2 * out_row_bytes());
+    gp_add(G::kBag, G::kBag, 2);
+    branch(EmbagCond::kLt, G::kBag, SJ_EMBAG_FIELD(bag_end), bag_top);
+    jump(done);
+    e_->bind(single);
+  }
   emit_bag_body(blocks_);
   e_->bind(bag_done);
   emit_bag_counts();
-  gp_add(G::kOut, G::kOut, embag_col_bytes(key_.out, key_.dim));
+  gp_add(G::kOut, G::kOut, out_row_bytes());
   gp_add(G::kBag, G::kBag, 1);
   branch(EmbagCond::kLt, G::kBag, SJ_EMBAG_FIELD(bag_end), bag_top);
   if (!clamp_prefetch_ || has_wide_path()) jump(done);  // the clamped copy ends at `done`
@@ -180,40 +196,119 @@ void EmbagSkeleton::emit_block(const EmbagBlock& blk, bool first_block) {
     zero_vec(ids_lo(j));
     if (id_regs_of(blk.first_vec + j) == 2) zero_vec(ids_hi(j));
   }
+  if (key_.mode != Mode::kMax) emit_sum_rows(blk, first_block);
+  else emit_max_rows(blk, first_block);
+  emit_store(blk);
+  check("block");
+}
+
+// Rows [kPos, kEnd) added in order (sum, mean).
+void EmbagSkeleton::emit_sum_rows(const EmbagBlock& blk, bool first_block) {
+  Label done = e_->newLabel();
+  Label loop = e_->newLabel(), next = e_->newLabel();
+  branch(EmbagCond::kGe, G::kPos, EmbagSrc::of(G::kEnd), done);
+  e_->align(AlignMode::kCode, 16);
+  e_->bind(loop);
+  emit_row_head(blk, first_block, next);
+  emit_row_accumulate(blk);
+  e_->bind(next);
+  gp_add(G::kPos, G::kPos, 1);
+  branch(EmbagCond::kLt, G::kPos, EmbagSrc::of(G::kEnd), loop);
+  e_->bind(done);
+}
+
+void EmbagSkeleton::emit_max_rows(const EmbagBlock& blk, bool first_block) {
   Label done = e_->newLabel();
   branch(EmbagCond::kGe, G::kPos, EmbagSrc::of(G::kEnd), done);
   auto step = [&](const Label& loop) {
     gp_add(G::kPos, G::kPos, 1);
     branch(EmbagCond::kLt, G::kPos, EmbagSrc::of(G::kEnd), loop);
   };
-  if (key_.mode != Mode::kMax) {
-    Label loop = e_->newLabel(), next = e_->newLabel();
-    e_->align(AlignMode::kCode, 16);
-    e_->bind(loop);
-    emit_row_head(blk, first_block, next);
+  Label first_loop = e_->newLabel(), first_next = e_->newLabel();
+  Label loop = e_->newLabel(), next = e_->newLabel();
+  e_->bind(first_loop);
+  emit_row_head(blk, first_block, first_next);
+  emit_max_first(blk);
+  jump(next);
+  e_->bind(first_next);
+  step(first_loop);
+  jump(done);
+  e_->align(AlignMode::kCode, 16);
+  e_->bind(loop);
+  emit_row_head(blk, first_block, next);
+  emit_max_update(blk);
+  e_->bind(next);
+  step(loop);
+  e_->bind(done);
+}
+
+// Step: two bags in flight ----------------------------------------------------------------------
+
+// The pair's bag being emitted: its position and end roles, accumulators and output row.
+void EmbagSkeleton::use_side(int64_t side) {
+  if (side == side_) return;
+  swap_roles(G::kPos, G::kPos2);
+  swap_roles(G::kEnd, G::kEnd2);
+  side_ = side;
+}
+
+// Bags kBag and kBag + 1 (both in range, kRow = kBag + 1): kPos..kEnd and kPos2 = kEnd..kEnd2.
+// The unclamped copy hands the pair to the clamped one when the second bag's prefetches would
+// read past the last index (the first bag's end before it).
+void EmbagSkeleton::emit_pair_bounds() {
+  Label last = e_->newLabel(), have_end = e_->newLabel();
+  load_int(G::kEnd, SJ_EMBAG_FIELD(offsets), G::kRow, key_.offset);
+  gp_add(G::kRow, G::kBag, 2);
+  branch(EmbagCond::kGe, G::kRow, SJ_EMBAG_FIELD(num_offsets), last);
+  load_int(G::kEnd2, SJ_EMBAG_FIELD(offsets), G::kRow, key_.offset);
+  jump(have_end);
+  e_->bind(last);
+  load_arg(G::kEnd2, offsetof(EmbagKernelArgs, num_indices));
+  e_->bind(have_end);
+  if (clamped_loop_.isValid()) {
+    gp_add(G::kRow, G::kEnd2, key_.prefetch - 1);
+    branch(EmbagCond::kGt, G::kRow, EmbagSrc::of(G::kLastPos), clamped_loop_);
+  }
+  load_int(G::kPos, SJ_EMBAG_FIELD(offsets), G::kBag, key_.offset);
+  gp_add(G::kPos2, G::kEnd, 0);
+  // kPairEnd = kPos + min(L0, L1) = min(kEnd, kEnd2 - L0), with L0 = kEnd - kPos.
+  gp_sub(G::kPairEnd, G::kEnd, G::kPos);
+  gp_sub(G::kPairEnd, G::kEnd2, G::kPairEnd);
+  gp_min(G::kPairEnd, G::kEnd);
+}
+
+// The joint loop (row j of each bag per iteration, first bag first), the longer bag's rest
+// (the other's loop is skipped at its entry), then both stores.
+void EmbagSkeleton::emit_pair_body(const EmbagBlock& blk) {
+  emit_pair_bounds();
+  for (int64_t side : {0, 1}) {
+    use_side(side);
+    for (int64_t j = 0; j < blk.num_vecs; ++j) zero_vec(acc(j));
+  }
+  use_side(0);
+  Label joint = e_->newLabel(), joint_done = e_->newLabel();
+  branch(EmbagCond::kGe, G::kPos, EmbagSrc::of(G::kPairEnd), joint_done);
+  e_->align(AlignMode::kCode, 16);
+  e_->bind(joint);
+  for (int64_t side : {0, 1}) {
+    use_side(side);
+    Label next = e_->newLabel();  // no skips in pair keys (no padding, no pruning)
+    emit_row_head(blk, true, next);
     emit_row_accumulate(blk);
     e_->bind(next);
-    step(loop);
-  } else {
-    Label first_loop = e_->newLabel(), first_next = e_->newLabel();
-    Label loop = e_->newLabel(), next = e_->newLabel();
-    e_->bind(first_loop);
-    emit_row_head(blk, first_block, first_next);
-    emit_max_first(blk);
-    jump(next);
-    e_->bind(first_next);
-    step(first_loop);
-    jump(done);
-    e_->align(AlignMode::kCode, 16);
-    e_->bind(loop);
-    emit_row_head(blk, first_block, next);
-    emit_max_update(blk);
-    e_->bind(next);
-    step(loop);
   }
-  e_->bind(done);
+  use_side(0);
+  gp_add(G::kPos, G::kPos, 1);
+  gp_add(G::kPos2, G::kPos2, 1);
+  branch(EmbagCond::kLt, G::kPos, EmbagSrc::of(G::kPairEnd), joint);
+  e_->bind(joint_done);
+  emit_sum_rows(blk, true);
+  use_side(1);
+  emit_sum_rows(blk, true);
   emit_store(blk);
-  check("block");
+  use_side(0);
+  emit_store(blk);
+  check("pair");
 }
 
 // Step: the head of one position -------------------------------------------------------------

@@ -34,6 +34,11 @@ enum class EmbagGp : uint8_t {
   kPad,       ///< padding_idx
   kCount,     ///< positions counted in the bag (mean, max)
   kBlockEnd,  ///< end of a run-time column-block loop (compared with kOut)
+  // Two bags in flight (pairs_bags()): the second bag's position and end, and the end of the
+  // positions both bags run together (kPos + the shorter length).
+  kPos2,
+  kEnd2,
+  kPairEnd,
   kNum
 };
 
@@ -66,6 +71,14 @@ struct EmbagSrc {
 /// (offsets are non-decreasing). Max mode with int64 ids keeps row ids in 32-bit lanes (half
 /// the blend work); a bag that meets an id >= 2^31 restarts on a second bag body with 64-bit
 /// lanes, so ids of any size stay exact.
+///
+/// Two bags in flight (pairs_bags(), the rule is embag_pairs_bags): bags b and b + 1 are
+/// adjacent in the indices and in the output, so while both have rows left, row j of each is
+/// accumulated in the same iteration into its own accumulators (two independent add chains);
+/// the longer bag's remaining rows then run alone, and both rows are stored. An odd bag at the
+/// end of the range runs the one-bag body. The second bag is emitted with the same primitives
+/// under swapped roles (kPos/kPos2, kEnd/kEnd2), its own accumulators and an output
+/// displacement of one row (use_side).
 ///
 /// Back ends derive from it and implement the primitives below; the arithmetic order per column
 /// (sum from +0.0 in index order, one FMA per weighted row, one division for mean, max by an
@@ -102,7 +115,10 @@ class EmbagSkeleton : protected KernelEmitter {
   /// Bytes from kWeight (shifted inside blocks) to column `col` of the row, and from kOut to
   /// output column `col`.
   int64_t row_disp(int64_t col) const { return embag_col_bytes(key_.table, col) - embag_col_bytes(key_.table, base_col_); }
-  int64_t out_disp(int64_t col) const { return embag_col_bytes(key_.out, col) - embag_col_bytes(key_.out, base_col_); }
+  int64_t out_disp(int64_t col) const {
+    return embag_col_bytes(key_.out, col) - embag_col_bytes(key_.out, base_col_) + side_ * out_row_bytes();
+  }
+  int64_t out_row_bytes() const { return embag_col_bytes(key_.out, key_.dim); }
   int64_t base_col() const { return base_col_; }
   /// The block being emitted runs in a run-time block loop: kWeight then moves right by a
   /// block per iteration, so only the block's own columns are at a fixed row_disp; anything
@@ -111,17 +127,21 @@ class EmbagSkeleton : protected KernelEmitter {
 
   /// Vector registers of the path being emitted: per vector j of a block, the accumulator (sum)
   /// or running max, and (max) the row ids (hi only with 64-bit lanes: the upper columns).
-  uint32_t acc(int64_t j) const { return acc_[size_t(j)]; }
+  /// With two bags in flight, acc(j) is the accumulator of the bag being emitted (use_side).
+  uint32_t acc(int64_t j) const { return acc_[size_t(j + side_ * pair_stride_)]; }
   uint32_t ids_lo(int64_t j) const { return ids_lo_[size_t(j)]; }
   uint32_t ids_hi(int64_t j) const { return ids_hi_[size_t(j)]; }
 
   /// Planning step for back ends: splits the row into blocks given `free_vecs` vector registers
   /// for accumulators and ids; returns how many of them the widest block needs (take exactly
-  /// that many, in order, and pass them to set_slots).
+  /// that many, in order, and pass them to set_slots). It decides pairs_bags() too: the back
+  /// end then maps kPos2, kEnd2 and kPairEnd.
   int64_t plan_blocks(int64_t free_vecs);
   void set_slots(std::vector<uint32_t> slots) { slots_ = std::move(slots); }
   /// A run-time block loop exists (the back end then provides kBlockEnd).
   bool needs_block_end() const;
+  /// Two bags in flight (see the class comment).
+  bool pairs_bags() const { return pairs_; }
   const std::vector<EmbagBlock>& blocks() const { return blocks_; }
 
   asmjit::BaseEmitter& emitter() { return *e_; }
@@ -137,6 +157,9 @@ class EmbagSkeleton : protected KernelEmitter {
   virtual void gp_add(G dst, G src, int64_t imm) = 0;    ///< dst = src + imm
   virtual void gp_sub(G dst, G a, G b) = 0;              ///< dst = a - b
   virtual void gp_zero(G dst) = 0;
+  /// From here on role `a` names the register of role `b` and the other way round (the second
+  /// bag of a pair is emitted with kPos/kEnd swapped with kPos2/kEnd2).
+  virtual void swap_roles(G a, G b) = 0;
   virtual void gp_min(G dst, G limit) = 0;               ///< dst = min(dst, limit), signed
   virtual void load_arg(G dst, size_t offset) = 0;       ///< dst = *(int64*)(args + offset)
   /// dst = base[pos] for an element of `type` (i32 sign-extended); `base` is a role or a field.
@@ -188,6 +211,11 @@ class EmbagSkeleton : protected KernelEmitter {
   void emit_block_at(const EmbagBlock& blk, bool first_block);
   void emit_block_loop(const EmbagBlock& blk);
   void emit_block(const EmbagBlock& blk, bool first_block);
+  void emit_sum_rows(const EmbagBlock& blk, bool first_block);
+  void emit_max_rows(const EmbagBlock& blk, bool first_block);
+  void emit_pair_body(const EmbagBlock& blk);
+  void emit_pair_bounds();
+  void use_side(int64_t side);  // 0: the bag at kBag, 1: the pair's second bag
   void emit_row_head(const EmbagBlock& blk, bool first_block, const Label& skip);
   void emit_prefetch(const EmbagBlock& blk);
   void emit_row_accumulate(const EmbagBlock& blk);
@@ -206,6 +234,9 @@ class EmbagSkeleton : protected KernelEmitter {
   std::vector<EmbagBlock> wide_blocks_;  // max with 64-bit id lanes (only when has_wide_path())
   std::vector<uint32_t> slots_, acc_, ids_lo_, ids_hi_;
   bool wide_ids_ = false;
+  bool pairs_ = false;              // two bags in flight
+  int64_t side_ = 0;                // the pair's bag being emitted
+  int64_t pair_stride_ = 0;         // accumulators of the second bag start at acc_[this]
   int64_t base_col_ = 0;            // column that kWeight and kOut point at
   bool clamp_prefetch_ = true;      // the bag loop being emitted clamps prefetch positions
   bool in_block_loop_ = false;      // emit_block_loop is emitting its block

@@ -71,6 +71,7 @@ void A64EmbagEmitter::plan_registers() {
   for (int64_t i = 0; i < need; ++i) slots.push_back(vecs_.take());
   set_slots(std::move(slots));
   if (needs_block_end()) role(G::kBlockEnd);
+  if (pairs_bags()) role(G::kPos2), role(G::kEnd2), role(G::kPairEnd);
   if (needs_block_end() && is_quantized_table(k.table)) table_ = gpx();
 }
 

@@ -76,6 +76,8 @@ void X86EmbagEmitter::plan_registers() {
   for (int64_t i = 0; i < need; ++i) slots.push_back(vecs_.take());
   set_slots(std::move(slots));
   if (needs_block_end()) role(G::kBlockEnd);
+  // Two bags in flight: at most 15 general-purpose registers with these three (weighted, prefetch).
+  if (pairs_bags()) role(G::kPos2), role(G::kEnd2), role(G::kPairEnd);
   // The mapping pointer stays in a register when one is left (else map_row reloads it).
   if (k.pruned && gp_.available() > 0) mapping_ = x86::gpq(gp_.take());
 
@@ -144,7 +146,9 @@ void X86EmbagEmitter::load_args() {
 
 void X86EmbagEmitter::gp_add(G dst, G src, int64_t imm) {
   const x86::Gp d = gp(dst);
-  if (dst != src) {
+  if (dst != src && imm == 0) {
+    a_.mov(d, gp(src));
+  } else if (dst != src) {
     a_.lea(d, x86::ptr(gp(src), static_cast<int32_t>(imm)));
   } else if (imm == 1) {
     a_.inc(d);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "jit/embag_kernel.hpp"
@@ -46,6 +47,7 @@ class X86EmbagEmitter final : public EmbagSkeleton {
   void gp_add(G dst, G src, int64_t imm) override;
   void gp_sub(G dst, G a, G b) override;
   void gp_zero(G dst) override;
+  void swap_roles(G a, G b) override { std::swap(gp_id_[size_t(a)], gp_id_[size_t(b)]); }
   void gp_min(G dst, G limit) override;
   void load_arg(G dst, size_t offset) override;
   void load_int(G dst, EmbagSrc base, G pos, DType type) override;
