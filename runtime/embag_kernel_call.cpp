@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 #include "jit/embag_plan.hpp"
 #include "ref/int_access.hpp"
@@ -14,21 +15,34 @@
 namespace shapejit::rt {
 namespace {
 
-/// Software prefetch distance (indices ahead) of the kernels the API runs: 16, or
-/// SHAPEJIT_PREFETCH_DISTANCE (0..1024) for tuning on another machine.
-int prefetch_distance() {
+constexpr int kPrefetchDistance = 16;  // indices ahead, measured best on Zen 2 and Zen 5
+
+/// SHAPEJIT_PREFETCH_DISTANCE (0..1024) when set (tuning on another machine), else -1: the
+/// distance then follows the table (prefetch_distance).
+int prefetch_override() {
   static const int distance = [] {
     const char* text = std::getenv("SHAPEJIT_PREFETCH_DISTANCE");
-    if (!text || !*text) return 16;
+    if (!text || !*text) return -1;
     char* end = nullptr;
     const long v = std::strtol(text, &end, 10);
     if (*end != '\0' || v < 0 || v > 1024) {
       std::fprintf(stderr, "shapejit: ignoring SHAPEJIT_PREFETCH_DISTANCE=%s (want 0..1024)\n", text);
-      return 16;
+      return -1;
     }
     return int(v);
   }();
   return distance;
+}
+
+/// Software prefetch only pays for rows that come from beyond the core's private cache: a table
+/// that fits in half of L2 (the rest holds indices, outputs and the caller's data) stays there
+/// across calls, and there the prefetch's index load, multiply and clamp per row cost more than
+/// they hide (about 1.5x on a hot D=16 table on Zen 2), and they rule out two bags in flight
+/// (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch won again.
+int prefetch_distance(const EmbagCallPlan& p) {
+  if (const int forced = prefetch_override(); forced >= 0) return forced;
+  const int64_t table_bytes = p.num_rows * p.row_stride_bytes;
+  return 2 * table_bytes <= private_cache_bytes() ? 0 : kPrefetchDistance;
 }
 
 // The ISAs that have an embedding-bag generator; others run the generic kernel.
@@ -39,6 +53,14 @@ bool has_embag_generator(jit::Isa isa) {
 size_t index_out_bytes(const EmbagCallPlan& p) { return p.index_out == DType::kI32 ? 4 : 8; }
 
 }  // namespace
+
+int64_t private_cache_bytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? int64_t(l2) : int64_t(512) << 10;
+  }();
+  return bytes;
+}
 
 jit::EmbagKey make_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   jit::EmbagKey key;
@@ -53,7 +75,7 @@ jit::EmbagKey make_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.pruned = p.pruned;
   key.index = p.index;
   key.offset = p.offset;
-  key.prefetch = prefetch_distance();
+  key.prefetch = prefetch_distance(p);
   // Rows wider than any generator takes (valid calls, e.g. with no bags), dim 0, and keys the
   // generators refuse run the generic kernel.
   if (!has_embag_generator(isa) || jit::embag_key_unsupported_reason(key)) key.isa = jit::Isa::kScalar;

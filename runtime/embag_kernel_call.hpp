@@ -12,8 +12,14 @@ namespace shapejit::rt {
 /// without one, rows wider than jit::kMaxGeneratedEmbagDim, or a key
 /// jit::embag_key_unsupported_reason refuses, e.g. a table dtype not generated yet) it is the
 /// generic kernel's key: isa kScalar, the call's dim. So a dtype switches to JIT code as soon
-/// as the generators accept its keys.
+/// as the generators accept its keys. The prefetch distance follows the table: none for a table
+/// within half the core's L2 (rows stay cached), 16 indices otherwise; SHAPEJIT_PREFETCH_DISTANCE
+/// fixes it for every call.
 jit::EmbagKey make_embag_key(const EmbagCallPlan& plan, jit::Isa isa);
+
+/// Bytes of the core's private (L2) cache as the prefetch rule reads it (512 KiB where the
+/// system does not say).
+int64_t private_cache_bytes();
 
 /// Kernel arguments for every bag [0, B) of a planned call, writing into the given outputs
 /// (offsets are the plan's spans; mapping is set for pruned tables).
