@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "python/torch_bag_inputs.hpp"
+#include "python/torch_engine.hpp"
 #include "python/torch_linear_group.hpp"
 #include "python/torch_quantized.hpp"
 #include "python/torch_glue.hpp"
@@ -47,37 +48,60 @@ at::Tensor offset2bag_of(const at::Tensor& offsets, int64_t num_indices, at::Sca
   return at::searchsorted(offsets.to(at::kLong), positions, /*out_int32=*/false, /*right=*/true).sub_(1).to(type);
 }
 
-// f32, f16 and bf16 tables: output and per_sample_weights have the table's dtype.
+// A call over an f32, f16 or bf16 table (output and per_sample_weights of the table's dtype),
+// checked by the engine; `table` and `in` keep the tensors it points into alive.
+struct FloatTableCall {
+  at::Tensor table;
+  BagInputs in;
+  shapejit_embedding_bag_ex_args ex;
+};
+
+FloatTableCall float_table_call(const char* op, const at::Tensor& weight, const at::Tensor& indices,
+                                const c10::optional<at::Tensor>& offsets, int64_t mode,
+                                const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+                                c10::optional<int64_t> padding_idx) {
+  check_cpu(weight, "weight");
+  TORCH_CHECK(mode >= SHAPEJIT_SUM && mode <= SHAPEJIT_MAX, op, ": mode must be 0 (sum), 1 (mean) or 2 (max), but got ",
+              mode);
+  FloatTableCall c{table_of(weight), bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset), {}};
+  TORCH_CHECK(!c.in.psw.defined() || c.in.psw.scalar_type() == weight.scalar_type(), op,
+              ": per_sample_weights must have the weight's dtype ", weight.scalar_type(), ", but got ",
+              c.in.psw.scalar_type());
+  shapejit_embedding_bag_args a{};
+  a.weight = c.table.data_ptr();
+  a.weight_dtype = to_shapejit_dtype(c.table, "weight");
+  a.num_rows = c.table.size(0);
+  a.dim = c.table.size(1);
+  a.row_stride = row_stride_of(c.table);
+  fill_bag_args(a, c.in, mode, padding_idx, include_last_offset);
+  shapejit_embedding_bag_ex_init(&c.ex, &a);
+  return c;
+}
+
+// torch.embedding_bag's four results. scale_grad_by_freq and sparse only shape the gradient,
+// which this forward-only op has not.
 BagResults embedding_bag(const at::Tensor& weight, const at::Tensor& indices, const c10::optional<at::Tensor>& offsets,
                          bool /*scale_grad_by_freq*/, int64_t mode, bool /*sparse*/,
                          const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
                          c10::optional<int64_t> padding_idx) {
-  // scale_grad_by_freq and sparse only shape the gradient, which this forward-only op has not.
-  constexpr const char* op = "shapejit.embedding_bag";
-  check_cpu(weight, "weight");
-  TORCH_CHECK(mode >= SHAPEJIT_SUM && mode <= SHAPEJIT_MAX, op, ": mode must be 0 (sum), 1 (mean) or 2 (max), but got ",
-              mode);
-  const at::Tensor table = table_of(weight);
-  const BagInputs in = bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset);
-  TORCH_CHECK(!in.psw.defined() || in.psw.scalar_type() == weight.scalar_type(), op,
-              ": per_sample_weights must have the weight's dtype ", weight.scalar_type(), ", but got ",
-              in.psw.scalar_type());
-
-  shapejit_embedding_bag_args a{};
-  a.weight = table.data_ptr();
-  a.weight_dtype = to_shapejit_dtype(table, "weight");
-  a.num_rows = table.size(0);
-  a.dim = table.size(1);
-  a.row_stride = row_stride_of(table);
-  fill_bag_args(a, in, mode, padding_idx, include_last_offset);
-
-  shapejit_embedding_bag_ex_args ex{};
-  shapejit_embedding_bag_ex_init(&ex, &a);
-  BagResults r = run_bag(ex, mode, "embedding_bag");
-  if (mode == SHAPEJIT_SUM && std::get<1>(r).numel() == 0 && a.num_indices > 0 &&
-      !aten_sum_fast_path(weight, in.psw_given, padding_idx.has_value()))
-    std::get<1>(r) = offset2bag_of(in.offsets, a.num_indices, std::get<1>(r).scalar_type());
+  const FloatTableCall c = float_table_call("shapejit.embedding_bag", weight, indices, offsets, mode,
+                                            per_sample_weights, include_last_offset, padding_idx);
+  BagResults r = run_bag(c.ex, mode, "embedding_bag");
+  const int64_t n = c.ex.call.num_indices;
+  if (mode == SHAPEJIT_SUM && std::get<1>(r).numel() == 0 && n > 0 &&
+      !aten_sum_fast_path(weight, c.in.psw_given, padding_idx.has_value()))
+    std::get<1>(r) = offset2bag_of(c.in.offsets, n, std::get<1>(r).scalar_type());
   return r;
+}
+
+// The output alone (what nn.EmbeddingBag returns), for shapejit.EmbeddingBag's forward.
+at::Tensor embedding_bag_output(const at::Tensor& weight, const at::Tensor& indices,
+                                const c10::optional<at::Tensor>& offsets, int64_t mode,
+                                const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+                                c10::optional<int64_t> padding_idx) {
+  const FloatTableCall c = float_table_call("shapejit.embedding_bag_output", weight, indices, offsets, mode,
+                                            per_sample_weights, include_last_offset, padding_idx);
+  return run_bag_output(c.ex, "embedding_bag_output");
 }
 
 }  // namespace
@@ -89,8 +113,16 @@ TORCH_LIBRARY(shapejit, m) {
       "embedding_bag(Tensor weight, Tensor indices, Tensor? offsets=None, bool scale_grad_by_freq=False, "
       "int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, "
       "int? padding_idx=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  // Its output alone, without the arguments only the gradient reads.
+  m.def(
+      "embedding_bag_output(Tensor weight, Tensor indices, Tensor? offsets=None, int mode=0, "
+      "Tensor? per_sample_weights=None, bool include_last_offset=False, int? padding_idx=None) -> Tensor");
   shapejit::torch_ext::register_linear_group(m);
   shapejit::torch_ext::register_quantized(m);
+  shapejit::torch_ext::register_engine_ops(m);
 }
 
-TORCH_LIBRARY_IMPL(shapejit, CPU, m) { m.impl("embedding_bag", &shapejit::torch_ext::embedding_bag); }
+TORCH_LIBRARY_IMPL(shapejit, CPU, m) {
+  m.impl("embedding_bag", &shapejit::torch_ext::embedding_bag);
+  m.impl("embedding_bag_output", &shapejit::torch_ext::embedding_bag_output);
+}

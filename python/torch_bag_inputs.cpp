@@ -2,7 +2,11 @@
 #include "python/torch_bag_inputs.hpp"
 
 #include <cstring>
+#include <vector>
 
+#include <ATen/EmptyTensor.h>
+
+#include "python/torch_engine.hpp"
 #include "python/torch_glue.hpp"
 #include "runtime/embedding_bag.hpp"
 #include "runtime/validate.hpp"
@@ -61,33 +65,71 @@ void fill_bag_args(shapejit_embedding_bag_args& a, const BagInputs& in, int64_t 
   a.include_last_offset = include_last_offset;
 }
 
-BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode) {
-  const auto ints = at::TensorOptions().dtype(to_scalar_type(s.index_out_dtype));
-  at::Tensor output = at::empty({s.output_rows, s.output_cols}, at::TensorOptions().dtype(value_type));
-  at::Tensor offset2bag = at::empty({s.offset2bag_len}, ints);
-  at::Tensor bag_size = at::empty({s.bag_size_len}, ints);
-  at::Tensor max_indices = mode == SHAPEJIT_MAX ? at::empty({s.max_indices_rows, s.max_indices_cols}, ints)
-                                                : at::empty({s.max_indices_rows}, ints);
-  return {output, offset2bag, bag_size, max_indices};
-}
+namespace {
+
+// at::empty without the dispatcher: every result is a fresh dense CPU tensor, and on a small
+// call the dispatcher's four round trips cost as much as the kernel.
+at::Tensor empty_cpu(at::IntArrayRef sizes, at::ScalarType type) { return at::detail::empty_cpu(sizes, type); }
 
 // The engine's C++ entry points: one validation per call (the C ABI would validate once for the
 // shapes and again for the run). Engine errors become the errors check_status raises.
+rt::EmbagCallPlan plan_bag(const shapejit_embedding_bag_ex_args& call, const char* what) {
+  follow_torch_threads();
+  try {
+    return rt::plan_embedding_bag(rt::complete_ex_args(call));
+  } catch (const Error& e) {
+    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+  }
+}
+
+void run_plan(const rt::EmbagCallPlan& plan, void* output, void* offset2bag, void* bag_size, void* max_indices,
+              const char* what) {
+  try {
+    rt::run_embedding_bag(plan, output, offset2bag, bag_size, max_indices);
+  } catch (const Error& e) {
+    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+  }
+}
+
+at::ScalarType output_type(const rt::EmbagCallPlan& plan) {
+  return to_scalar_type(static_cast<shapejit_dtype>(plan.out));
+}
+
+}  // namespace
+
+BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode) {
+  const at::ScalarType ints = to_scalar_type(s.index_out_dtype);
+  at::Tensor output = empty_cpu({s.output_rows, s.output_cols}, value_type);
+  at::Tensor offset2bag = empty_cpu({s.offset2bag_len}, ints);
+  at::Tensor bag_size = empty_cpu({s.bag_size_len}, ints);
+  at::Tensor max_indices = mode == SHAPEJIT_MAX ? empty_cpu({s.max_indices_rows, s.max_indices_cols}, ints)
+                                                : empty_cpu({s.max_indices_rows}, ints);
+  return {output, offset2bag, bag_size, max_indices};
+}
+
 BagResults run_bag(const shapejit_embedding_bag_ex_args& call, int64_t mode, const char* what) {
-  rt::EmbagCallPlan plan;
-  try {
-    plan = rt::plan_embedding_bag(rt::complete_ex_args(call));
-  } catch (const Error& e) {
-    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
-  }
-  BagResults r = allocate_results(plan.shapes, to_scalar_type(static_cast<shapejit_dtype>(plan.out)), mode);
-  try {
-    rt::run_embedding_bag(plan, std::get<0>(r).data_ptr(), std::get<1>(r).data_ptr(), std::get<2>(r).data_ptr(),
-                          std::get<3>(r).data_ptr());
-  } catch (const Error& e) {
-    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
-  }
+  const rt::EmbagCallPlan plan = plan_bag(call, what);
+  BagResults r = allocate_results(plan.shapes, output_type(plan), mode);
+  run_plan(plan, std::get<0>(r).data_ptr(), std::get<1>(r).data_ptr(), std::get<2>(r).data_ptr(),
+           std::get<3>(r).data_ptr(), what);
   return r;
+}
+
+at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char* what) {
+  const rt::EmbagCallPlan plan = plan_bag(call, what);
+  const shapejit_embedding_bag_shapes& s = plan.shapes;
+  at::Tensor output = empty_cpu({s.output_rows, s.output_cols}, output_type(plan));
+  // The three index results the caller does not want land in this thread's scratch, which only
+  // grows, so a steady stream of calls allocates nothing but the output. It never overlaps an
+  // input or the output (the engine checks that too).
+  thread_local std::vector<int64_t> scratch;
+  const size_t o2b = size_t(s.offset2bag_len), counts = size_t(s.bag_size_len);
+  const size_t need = o2b + counts + size_t(s.max_indices_rows * s.max_indices_cols);
+  if (scratch.size() < need) scratch.resize(need);
+  int64_t* base = scratch.data();
+  run_plan(plan, output.data_ptr(), o2b ? base : nullptr, counts ? base + o2b : nullptr,
+           need > o2b + counts ? base + o2b + counts : nullptr, what);
+  return output;
 }
 
 }  // namespace shapejit::torch_ext

@@ -1,15 +1,23 @@
-// torch.classes.shapejit.LinearGroup: a shapejit linear group built once from PyTorch weights
+// torch.classes.shapejit.LinearGroup: a shapejit linear group built from PyTorch weights
 // (packed, e.g. nn.MultiheadAttention's in_proj_weight, or one weight per part) and run on
 // tensors, each part's output allocated row-major [..., N_p] or head-split [Nb, H, L, Dh].
+// The group remembers the tensors it was packed from, so it can be pickled (def_pickle: the
+// sources and the per-part settings, repacked on load) and repacked when a caller's parameters
+// changed (linear_group_run_current: storage, data pointer, shape and version counter).
 #include "python/torch_linear_group.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "python/torch_engine.hpp"
 #include "python/torch_glue.hpp"
 #include "shapejit/shapejit.h"
 
@@ -45,29 +53,63 @@ at::Tensor dense_rows(const at::Tensor& t, const std::string& name) {
 
 int64_t row_stride(const at::Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
 
-class LinearGroupHolder : public torch::CustomClassHolder {
+// What a group's user chose per part; kept to repack and to pickle. Empty lists: defaults.
+struct Settings {
+  std::vector<int64_t> rows;
+  std::vector<std::string> layouts;
+  std::vector<int64_t> heads;
+  std::vector<double> scales;
+  std::vector<std::string> activations;
+};
+
+// The version an in-place change bumps (inference tensors have none: they count as 0).
+int64_t version_of(const at::Tensor& t) { return t.is_inference() ? 0 : t._version(); }
+
+// A tensor a group was packed from: a detached alias (same storage and version counter; the
+// strong storage reference also keeps its address from being reused by another tensor).
+struct Source {
+  at::Tensor alias;
+  int64_t version = 0;
+
+  explicit Source(const at::Tensor& t) : alias(t.detach()), version(version_of(t)) {}
+
+  // Same memory, same view of it, and not modified in place since it was packed.
+  bool same_as(const at::Tensor& t) const {
+    return t.defined() && t.has_storage() &&
+           t.storage().unsafeGetStorageImpl() == alias.storage().unsafeGetStorageImpl() &&
+           t.data_ptr() == alias.data_ptr() && t.scalar_type() == alias.scalar_type() &&
+           t.sizes() == alias.sizes() && t.strides() == alias.strides() && version_of(t) == version;
+  }
+};
+
+struct Part {
+  int64_t n = 0, k = 0;
+  shapejit_layout layout = SHAPEJIT_LAYOUT_ROW_MAJOR;
+  int64_t heads = 1;
+};
+
+// One packed shapejit group with its parts' shapes and the tensors it was packed from.
+class Packed {
  public:
-  // One weight: the packed form, parts are consecutive row ranges of `rows[p]` rows. Several
-  // weights: one per part (K may differ); `rows` may be empty. The other lists are empty (all
-  // defaults) or hold one entry per part. The bias is packed: part p reads its own row range.
-  LinearGroupHolder(std::vector<at::Tensor> weights, c10::optional<at::Tensor> bias, std::vector<int64_t> rows,
-                    std::vector<std::string> layouts, std::vector<int64_t> heads, std::vector<double> scales,
-                    std::vector<std::string> activations) {
+  Packed(const std::vector<at::Tensor>& weights, const c10::optional<at::Tensor>& bias, const Settings& s) {
     TORCH_CHECK(!weights.empty(), "shapejit.LinearGroup: weights must hold one packed weight or one per part");
-    const bool packed = weights.size() == 1 && !rows.empty();
-    const size_t parts = packed ? rows.size() : weights.size();
+    const bool packed = weights.size() == 1 && !s.rows.empty();
+    const size_t parts = packed ? s.rows.size() : weights.size();
     auto check_len = [&](size_t n, const char* what) {
       TORCH_CHECK(n == 0 || n == parts, "shapejit.LinearGroup: ", what, " must be empty or hold ", parts,
                   " entries (one per part), but holds ", n);
     };
-    check_len(layouts.size(), "layouts");
-    check_len(heads.size(), "heads");
-    check_len(scales.size(), "scales");
-    check_len(activations.size(), "activations");
-    if (!packed) check_len(rows.size(), "rows");
+    check_len(s.layouts.size(), "layouts");
+    check_len(s.heads.size(), "heads");
+    check_len(s.scales.size(), "scales");
+    check_len(s.activations.size(), "activations");
+    if (!packed) check_len(s.rows.size(), "rows");
 
     std::vector<at::Tensor> w;  // keeps any contiguous copies alive until the group has copied them
-    for (size_t i = 0; i < weights.size(); ++i) w.push_back(dense_rows(weights[i], "weights[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < weights.size(); ++i) {
+      w.push_back(dense_rows(weights[i], "weights[" + std::to_string(i) + "]"));
+      sources_.emplace_back(weights[i]);
+    }
     at::Tensor b;
     if (bias.has_value()) {
       check_cpu(*bias, "bias");
@@ -75,13 +117,14 @@ class LinearGroupHolder : public torch::CustomClassHolder {
                   "shapejit.LinearGroup: bias must be a 1-D float32 tensor, but got ", bias->dim(), "-D ",
                   bias->scalar_type());
       b = bias->contiguous();
+      bias_.emplace_back(*bias);
     }
 
     std::vector<shapejit_linear_part_desc> desc(parts);
     int64_t row = 0;
     for (size_t p = 0; p < parts; ++p) {
       shapejit_linear_part_desc& d = desc[p];
-      d.rows = packed ? rows[p] : (rows.empty() ? w[p].size(0) : rows[p]);
+      d.rows = packed ? s.rows[p] : (s.rows.empty() ? w[p].size(0) : s.rows[p]);
       d.row_begin = row;
       row += d.rows;
       if (!packed) {
@@ -89,12 +132,12 @@ class LinearGroupHolder : public torch::CustomClassHolder {
         d.k = w[p].size(1);
         d.weight_stride = row_stride(w[p]);
       }
-      d.activation = activations.empty() ? SHAPEJIT_ACTIVATION_NONE : parse_activation(activations[p], p);
-      const float scale = scales.empty() ? 1.0f : static_cast<float>(scales[p]);
+      d.activation = s.activations.empty() ? SHAPEJIT_ACTIVATION_NONE : parse_activation(s.activations[p], p);
+      const float scale = s.scales.empty() ? 1.0f : static_cast<float>(s.scales[p]);
       d.has_scale = scale != 1.0f;
       d.scale = scale;
-      d.layout = layouts.empty() ? SHAPEJIT_LAYOUT_ROW_MAJOR : parse_layout(layouts[p], p);
-      d.heads = heads.empty() ? 1 : heads[p];
+      d.layout = s.layouts.empty() ? SHAPEJIT_LAYOUT_ROW_MAJOR : parse_layout(s.layouts[p], p);
+      d.heads = s.heads.empty() ? 1 : s.heads[p];
     }
     shapejit_linear_group_desc g{};
     g.form = packed ? SHAPEJIT_WEIGHTS_PACKED : SHAPEJIT_WEIGHTS_SEPARATE;
@@ -109,20 +152,37 @@ class LinearGroupHolder : public torch::CustomClassHolder {
     g.parts = desc.data();
     g.num_parts = int64_t(parts);
     check_status(shapejit_linear_group_create(&g, &group_), "LinearGroup");  // validates every rule above
-    for (const shapejit_linear_part_desc& d : desc)
-      parts_.push_back({d.rows, packed ? g.k : d.k, d.layout, d.heads});
+    for (const shapejit_linear_part_desc& d : desc) parts_.push_back({d.rows, packed ? g.k : d.k, d.layout, d.heads});
   }
 
-  ~LinearGroupHolder() override { shapejit_linear_group_destroy(group_); }
-  LinearGroupHolder(const LinearGroupHolder&) = delete;
-  LinearGroupHolder& operator=(const LinearGroupHolder&) = delete;
+  ~Packed() { shapejit_linear_group_destroy(group_); }
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
 
-  int64_t num_parts() const { return int64_t(parts_.size()); }
+  size_t num_parts() const { return parts_.size(); }
+
+  // Whether `weights` and `bias` are exactly the tensors (and values) this group was packed from.
+  bool packed_from(const std::vector<at::Tensor>& weights, const c10::optional<at::Tensor>& bias) const {
+    if (weights.size() != sources_.size() || bias.has_value() != !bias_.empty()) return false;
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (!sources_[i].same_as(weights[i])) return false;
+    return !bias.has_value() || bias_[0].same_as(*bias);
+  }
+
+  std::vector<at::Tensor> source_weights() const {
+    std::vector<at::Tensor> out;
+    for (const Source& s : sources_) out.push_back(s.alias);
+    return out;
+  }
+  c10::optional<at::Tensor> source_bias() const {
+    return bias_.empty() ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(bias_[0].alias);
+  }
 
   // inputs[p] is [..., K_p] for a row-major part (output [..., N_p]) and [L, Nb, K_p]
   // (heads_seq_first) or [Nb, L, K_p] (heads_batch_first) for a head-split part (output
   // [Nb, H, L, N_p / H]). Parts may pass the same tensor; it is then read once.
-  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs) const {
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const {
+    follow_torch_threads();
     TORCH_CHECK(inputs.size() == parts_.size(), "shapejit.LinearGroup.run: expected ", parts_.size(),
                 " inputs (one per part), but got ", inputs.size());
     std::vector<at::Tensor> xs, ys;
@@ -166,18 +226,90 @@ class LinearGroupHolder : public torch::CustomClassHolder {
   }
 
  private:
-  struct Part {
-    int64_t n = 0, k = 0;
-    shapejit_layout layout = SHAPEJIT_LAYOUT_ROW_MAJOR;
-    int64_t heads = 1;
-  };
   std::vector<Part> parts_;
+  std::vector<Source> sources_, bias_;  // bias_: none or one
   shapejit_linear_group* group_ = nullptr;
+};
+
+// The pickled form: (format 1, weights, bias), (rows, heads, scales), (layouts, activations).
+// Tuples of at most 3: GCC 12 misreports reading longer ones out of an IValue (-Warray-bounds).
+using State = std::tuple<std::tuple<int64_t, std::vector<at::Tensor>, c10::optional<at::Tensor>>,
+                         std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<double>>,
+                         std::tuple<std::vector<std::string>, std::vector<std::string>>>;
+
+class LinearGroupHolder : public torch::CustomClassHolder {
+ public:
+  // One weight: the packed form, parts are consecutive row ranges of `rows[p]` rows. Several
+  // weights: one per part (K may differ); `rows` may be empty. The other lists are empty (all
+  // defaults) or hold one entry per part. The bias is packed: part p reads its own row range.
+  LinearGroupHolder(std::vector<at::Tensor> weights, c10::optional<at::Tensor> bias, std::vector<int64_t> rows,
+                    std::vector<std::string> layouts, std::vector<int64_t> heads, std::vector<double> scales,
+                    std::vector<std::string> activations)
+      : settings_{std::move(rows), std::move(layouts), std::move(heads), std::move(scales), std::move(activations)},
+        packed_(std::make_shared<const Packed>(weights, bias, settings_)) {}
+
+  int64_t num_parts() const { return int64_t(current()->num_parts()); }
+
+  // Runs the group as packed (later changes to its source tensors do not reach it).
+  std::vector<at::Tensor> run(std::vector<at::Tensor> inputs) const { return current()->run(inputs); }
+
+  // Runs the group packed from `weights` and `bias`, repacking first when they are not the
+  // tensors (storage, data pointer, shape, strides, dtype) or values (version counter) it was
+  // packed from: a module passes its parameters and always computes with their values.
+  std::vector<at::Tensor> run_current(const std::vector<at::Tensor>& weights, const c10::optional<at::Tensor>& bias,
+                                      const std::vector<at::Tensor>& inputs) {
+    std::shared_ptr<const Packed> p;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!packed_->packed_from(weights, bias)) packed_ = std::make_shared<const Packed>(weights, bias, settings_);
+      p = packed_;  // runs outside the lock: a concurrent repack leaves this pack alive
+    }
+    return p->run(inputs);
+  }
+
+  bool packed_from(const std::vector<at::Tensor>& weights, const c10::optional<at::Tensor>& bias) const {
+    return current()->packed_from(weights, bias);
+  }
+
+  // The source tensors as they are now (an in-place change since packing is what a repack
+  // would see) and the settings: loading packs the same group run_current would use.
+  State state() const {
+    std::shared_ptr<const Packed> p = current();
+    return {{1, p->source_weights(), p->source_bias()},
+            {settings_.rows, settings_.heads, settings_.scales},
+            {settings_.layouts, settings_.activations}};
+  }
+
+  static c10::intrusive_ptr<LinearGroupHolder> from_state(State s) {
+    auto& [tensors, numbers, names] = s;
+    TORCH_CHECK(std::get<0>(tensors) == 1, "shapejit.LinearGroup: cannot load a pickled group of format ",
+                std::get<0>(tensors), "; this build reads format 1");
+    return c10::make_intrusive<LinearGroupHolder>(
+        std::move(std::get<1>(tensors)), std::move(std::get<2>(tensors)), std::move(std::get<0>(numbers)),
+        std::move(std::get<0>(names)), std::move(std::get<1>(numbers)), std::move(std::get<2>(numbers)),
+        std::move(std::get<1>(names)));
+  }
+
+ private:
+  std::shared_ptr<const Packed> current() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return packed_;
+  }
+
+  Settings settings_;
+  mutable std::mutex mutex_;  // guards packed_ (the pointer; a Packed never changes)
+  std::shared_ptr<const Packed> packed_;
 };
 
 std::vector<at::Tensor> linear_group_run(const c10::intrusive_ptr<LinearGroupHolder>& group,
                                          std::vector<at::Tensor> inputs) {
   return group->run(std::move(inputs));
+}
+
+std::vector<at::Tensor> linear_group_run_current(const c10::intrusive_ptr<LinearGroupHolder>& group,
+                                                 std::vector<at::Tensor> weights, c10::optional<at::Tensor> bias,
+                                                 std::vector<at::Tensor> inputs) {
+  return group->run_current(weights, bias, inputs);
 }
 
 }  // namespace
@@ -188,8 +320,14 @@ void register_linear_group(torch::Library& m) {
                        std::vector<std::string>, std::vector<int64_t>, std::vector<double>,
                        std::vector<std::string>>())
       .def("num_parts", &LinearGroupHolder::num_parts)
-      .def("run", &LinearGroupHolder::run);
+      .def("run", &LinearGroupHolder::run)
+      .def("run_current", &LinearGroupHolder::run_current)
+      .def("packed_from", &LinearGroupHolder::packed_from)
+      .def_pickle([](const c10::intrusive_ptr<LinearGroupHolder>& self) { return self->state(); },
+                  [](State s) { return LinearGroupHolder::from_state(std::move(s)); });
   m.def("linear_group_run", linear_group_run);
+  // The group packed from `weights` and `bias` (repacked when they changed) run on `inputs`.
+  m.def("linear_group_run_current", linear_group_run_current);
 }
 
 }  // namespace shapejit::torch_ext

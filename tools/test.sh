@@ -129,6 +129,10 @@ hardening_stage() {
 
 timed "install (test packages)" tools/install_deps.sh test
 release_stage
+# Stage 1b: the Python package as users install it, each install running python/tests from outside
+# the source tree: pip (a fresh CMake build of a clean clone, into a venv) and cmake --install of
+# build/ under a DESTDIR (tools/check_python_install.sh).
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs timed "python packages (pip, cmake --install)" tools/check_python_install.sh build
 sanitizer_stage
 cross_stage
 # Stage 5: the AVX-512 battery, natively where the CPU has AVX-512, else under Bochs.

@@ -11,12 +11,30 @@
  * with SHAPEJIT_INVALID_ARGUMENT naming it, its address and the alignment. A zero-length buffer
  * is never touched and may have any address (or be NULL).
  * Enum fields: any int may be stored in one; a value outside the enum is rejected and reported
- * as that int. */
+ * as that int.
+ *
+ * ABI: how this interface grows without breaking programs built against an older header.
+ * - The library's file name carries the major version (SONAME libshapejit.so.MAJOR). Within one
+ *   major version the C ABI only grows: functions are added, never removed or changed.
+ * - Structs the library fills or reads are never reordered; new fields are appended at the end.
+ *   A struct that grows carries its size: either a `struct_size` first field that the caller sets
+ *   to sizeof (shapejit_embedding_bag_ex_args, with its _init function), or a `_sized` function
+ *   taking the caller's sizeof (shapejit_get_kernel_cache_stats_sized). The library then reads
+ *   and writes only the fields that size covers; fields an older caller lacks take their defaults.
+ *   Structs without either (shapejit_embedding_bag_args, the linear-group descriptors) are frozen:
+ *   new options arrive in a new struct that embeds them, as the _ex call does.
+ * - Enums only gain values; an existing value never changes meaning.
+ * - shapejit_version() is the library's SHAPEJIT_VERSION: compare it with the header's to detect
+ *   an older library at run time.
+ * - The C++ API (shapejit.hpp) is a layer over this ABI whose structs may grow in place: rebuild
+ *   C++ programs for each new minor version (the CMake package accepts only the same minor). */
 #ifndef SHAPEJIT_SHAPEJIT_H
 #define SHAPEJIT_SHAPEJIT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "shapejit/version.h"
 
 #if defined(_WIN32)
 #define SHAPEJIT_API __declspec(dllexport)
@@ -130,6 +148,14 @@ SHAPEJIT_API shapejit_status shapejit_set_num_threads(int32_t n);
 SHAPEJIT_API int32_t shapejit_get_num_threads(void);
 /* The calling thread's last error message ("" if none). Valid until the thread's next call. */
 SHAPEJIT_API const char* shapejit_last_error(void);
+/* The library's version as SHAPEJIT_VERSION computes it (major * 10000 + minor * 100 + patch), and
+ * as "MAJOR.MINOR.PATCH" (static storage). They describe the library that runs, which may differ
+ * from the header a program was compiled with. */
+SHAPEJIT_API int32_t shapejit_version(void);
+SHAPEJIT_API const char* shapejit_version_string(void);
+/* A short fixed description of a status (static storage, never NULL; a value outside the enum
+ * gets a text saying so). The message of a failed call is shapejit_last_error(). */
+SHAPEJIT_API const char* shapejit_status_string(shapejit_status status);
 
 /* ---- Linear groups: fused split-GEMMs (split-gemm-semantics.md) -------------------------
  * Part p computes Y_p = act(X_p W_p^T + b_p) * scale_p with X_p [m, K_p], W_p [N_p, K_p]

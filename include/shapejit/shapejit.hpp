@@ -1,6 +1,8 @@
 // shapejit C++ API: the same engine as the C ABI, with views, enum classes and exceptions. The
 // buffer rules (alignment to the element size, no overlapping outputs) are those of shapejit.h;
 // an enum class holding a value outside its enumerators is rejected and reported as its int.
+// Everything declared here that the library defines is marked SHAPEJIT_API: libshapejit.so
+// exports these and the C ABI, nothing else (the ABI note at the top of shapejit.h applies).
 #pragma once
 
 #include <cstdint>
@@ -30,8 +32,15 @@ enum class DType : int {
 
 enum class Mode : int { kSum = SHAPEJIT_SUM, kMean = SHAPEJIT_MEAN, kMax = SHAPEJIT_MAX };
 
+/// The running library's version, SHAPEJIT_VERSION's number (compare with the header's macro).
+inline int version() noexcept { return shapejit_version(); }
+/// The running library's version as "MAJOR.MINOR.PATCH".
+inline const char* version_string() noexcept { return shapejit_version_string(); }
+/// A fixed, never-null description of `status` (shapejit_status_string).
+SHAPEJIT_API const char* status_string(Status status) noexcept;
+
 /// Thrown by every C++ entry point on failure; carries the status and the full message.
-class Error : public std::runtime_error {
+class SHAPEJIT_API Error : public std::runtime_error {
  public:
   Error(Status status, const std::string& message) : std::runtime_error(message), status_(status) {}
   Status status() const noexcept { return status_; }
@@ -62,7 +71,7 @@ struct TableView {
 };
 
 /// Everything one embedding_bag call reads (ATen's `_embedding_bag` arguments).
-struct EmbeddingBagCall {
+struct SHAPEJIT_API EmbeddingBagCall {
   TableView weight;
   IndexView indices;
   IndexView offsets;
@@ -107,17 +116,17 @@ struct EmbeddingBagResult {
 };
 
 /// Validates `call` and returns the output shapes (throws Error on invalid input).
-EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCall& call);
+SHAPEJIT_API EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCall& call);
 /// Runs the call into caller buffers sized by embedding_bag_output_shapes(). Buffers must be aligned
 /// to their element size, and no output may overlap an input or another output (see shapejit.h).
-void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out);
+SHAPEJIT_API void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out);
 /// Runs the call into freshly allocated buffers (validated once).
-EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
+SHAPEJIT_API EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
 /// The 2-D form: indices [bags, bag_len] with no offsets (bag b holds row b of indices).
-EmbeddingBagResult embedding_bag_2d(const TableView& weight, IndexView indices, int64_t bags,
-                                    int64_t bag_len, Mode mode,
-                                    const void* per_sample_weights = nullptr,
-                                    std::optional<int64_t> padding_idx = std::nullopt);
+SHAPEJIT_API EmbeddingBagResult embedding_bag_2d(const TableView& weight, IndexView indices, int64_t bags,
+                                                 int64_t bag_len, Mode mode,
+                                                 const void* per_sample_weights = nullptr,
+                                                 std::optional<int64_t> padding_idx = std::nullopt);
 
 // ---- Rowwise quantization (torch's embedding_bag_{byte,4bit,2bit}_prepack / _unpack) ----------
 
@@ -128,18 +137,19 @@ struct RowwisePrepackOptions {
   float ratio = 0.16f;
 };
 /// Bytes of one packed row of `dim` values (throws Error for a non-quantized dtype).
-int64_t rowwise_row_bytes(DType qtype, int64_t dim);
+SHAPEJIT_API int64_t rowwise_row_bytes(DType qtype, int64_t dim);
 /// Packs a [rows, dim] f32 or f16 table (rows src_row_stride elements apart, 0 means dim) into
 /// rows x rowwise_row_bytes(qtype, dim) bytes, byte-identical to torch 1.13.
-std::vector<uint8_t> rowwise_prepack(DType qtype, const void* src, DType src_dtype, int64_t rows, int64_t dim,
-                                     int64_t src_row_stride = 0, const RowwisePrepackOptions& options = {});
+SHAPEJIT_API std::vector<uint8_t> rowwise_prepack(DType qtype, const void* src, DType src_dtype, int64_t rows,
+                                                  int64_t dim, int64_t src_row_stride = 0,
+                                                  const RowwisePrepackOptions& options = {});
 /// Dequantizes packed rows (row_bytes apart, 0 means dense) to [rows, dim] f32.
-std::vector<float> rowwise_unpack(DType qtype, const void* packed, int64_t rows, int64_t dim,
-                                  int64_t row_bytes = 0);
+SHAPEJIT_API std::vector<float> rowwise_unpack(DType qtype, const void* packed, int64_t rows, int64_t dim,
+                                               int64_t row_bytes = 0);
 
 /// Engine threads (size of the task arena); n <= 0 restores the default.
-void set_num_threads(int n);
-int num_threads();
+SHAPEJIT_API void set_num_threads(int n);
+SHAPEJIT_API int num_threads();
 
 // ---- Linear groups: fused split-GEMMs (split-gemm-semantics.md) ----------------------------
 
@@ -160,7 +170,7 @@ enum class OutputLayout : int {
 enum class WeightForm : int { kPacked = SHAPEJIT_WEIGHTS_PACKED, kSeparate = SHAPEJIT_WEIGHTS_SEPARATE };
 
 /// One part of a linear group: where its weight and bias rows are, and its epilogue.
-struct LinearPart {
+struct SHAPEJIT_API LinearPart {
   int64_t row_begin = 0;          ///< first row in the packed weight and in the packed bias
   int64_t rows = 0;               ///< N_p
   const float* weight = nullptr;  ///< separate form only: [rows, k]
@@ -176,7 +186,7 @@ struct LinearPart {
 };
 
 /// Everything a LinearGroup is built from; the weights and bias are copied at build time.
-struct LinearGroupDesc {
+struct SHAPEJIT_API LinearGroupDesc {
   WeightForm form = WeightForm::kPacked;
   const float* weight = nullptr;      ///< packed form: [weight_rows, k]
   int64_t weight_rows = 0, k = 0;
@@ -206,7 +216,7 @@ struct LinearOutput {
 };
 
 /// A group of linear projections built once and run as one call (see shapejit_linear_group_*).
-class LinearGroup {
+class SHAPEJIT_API LinearGroup {
  public:
   /// Validates and builds the group; throws Error on invalid input.
   explicit LinearGroup(const LinearGroupDesc& desc);
@@ -236,8 +246,8 @@ struct KernelCacheStats {
   int64_t reference_linear_groups = 0;  ///< linear groups running the scalar reference (appended)
 };
 /// The kernel cache's counters so far.
-KernelCacheStats kernel_cache_stats();
+SHAPEJIT_API KernelCacheStats kernel_cache_stats();
 /// Bound on JIT code bytes; beyond it new shapes run the generic kernel (< 0 restores the default).
-void set_code_memory_limit(int64_t bytes);
+SHAPEJIT_API void set_code_memory_limit(int64_t bytes);
 
 }  // namespace shapejit

@@ -10,6 +10,10 @@
 
 Everything is forward only (no autograd) and runs on CPU tensors: f32, f16 and bf16 tables, and
 rowwise-quantized 8/4/2-bit tables (shapejit.quantized); linear groups take f32.
+
+Threads follow torch.set_num_threads unless shapejit.set_num_threads(n > 0) fixes a count
+(shapejit.engine explains the rule); shapejit.__version__, shapejit.isa() and
+shapejit.kernel_cache_stats() describe the engine.
 """
 import torch
 
@@ -25,6 +29,20 @@ linear_group_run = torch.ops.shapejit.linear_group_run
 from . import quantized  # noqa: E402  (needs the operators registered above)
 from .modules import EmbeddingBag, QuantizedEmbeddingBag  # noqa: E402
 from .linear import InProjection, in_projection, linear_group  # noqa: E402
+from .engine import get_num_threads, isa, kernel_cache_stats, set_num_threads  # noqa: E402
+
+# Follow torch's thread count from the start, so get_num_threads() agrees with torch before the
+# first call too (each call re-reads torch's count).
+set_num_threads(0)
+
+#: The version of the loaded extension (include/shapejit/version.h), e.g. "0.2.0".
+__version__ = torch.ops.shapejit.version()
 
 __all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "QuantizedEmbeddingBag", "InProjection",
-           "in_projection", "linear_group", "library_path", "quantized"]
+           "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "set_num_threads",
+           "isa", "kernel_cache_stats"]
+
+from .attention import MultiheadAttention  # noqa: E402
+from .optimize import optimize  # noqa: E402
+
+__all__ += ["MultiheadAttention", "optimize"]

@@ -8,8 +8,9 @@ LIBRARY_NAME = "libshapejit_torch_ops.so"
 
 
 def candidate_paths():
-    """Where the extension is looked for, in order: $SHAPEJIT_TORCH_LIB, next to this package
-    (an installed tree), then the repository's build directory (python/ is beside build/)."""
+    """Where the extension is looked for, in order: $SHAPEJIT_TORCH_LIB when set (an explicit
+    choice, and then the only one), inside this package (pip install, cmake --install), then the
+    repository's build directory (a source checkout: python/ is beside build/)."""
     env = os.environ.get("SHAPEJIT_TORCH_LIB")
     if env:
         return [Path(env)]
@@ -27,5 +28,6 @@ def load():
     raise ImportError(
         "shapejit: cannot find the PyTorch extension; tried "
         + ", ".join(str(p) for p in tried)
-        + ". Build it (cmake --build build --target shapejit_torch_ops) or set SHAPEJIT_TORCH_LIB."
+        + ". Install the package (pip install --no-build-isolation <repository>), build the extension "
+        "(cmake --build build --target shapejit_torch_ops), or set SHAPEJIT_TORCH_LIB to its path."
     )

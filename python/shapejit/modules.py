@@ -10,11 +10,17 @@ from torch import Tensor
 from . import quantized
 
 _MODES = {"sum": 0, "mean": 1, "max": 2}
+# The operator's builtin without its OpOverloadPacket wrapper (one Python frame less per call), and
+# torch.jit.is_scripting under a module-level name; TorchScript resolves both.
+# embedding_bag_output is torch.ops.shapejit.embedding_bag's output alone: the three index results
+# forward drops are never allocated, and the arguments only the gradient reads are not passed.
+_EMBEDDING_BAG_OUTPUT = getattr(torch.ops.shapejit.embedding_bag_output, "_op", torch.ops.shapejit.embedding_bag_output)
+_scripting = torch.jit.is_scripting
 
 
 class EmbeddingBag(torch.nn.EmbeddingBag):
     """A drop-in torch.nn.EmbeddingBag (same constructor, from_pretrained, state_dict) whose
-    forward is torch.ops.shapejit.embedding_bag. Forward only: no gradient reaches the weight.
+    forward is torch.ops.shapejit.embedding_bag_output. Forward only: no gradient reaches the weight.
     max_norm (which renormalises the weight during forward) is not supported. The weight may be
     float32, float16 or bfloat16 (per_sample_weights then of the same dtype); a bf16 table
     computes in f32 and rounds once (the f16 rules of torch 1.13, which has no bf16 bags)."""
@@ -36,44 +42,79 @@ class EmbeddingBag(torch.nn.EmbeddingBag):
         m.weight = module.weight
         return m
 
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name in _SETTINGS:  # keep the mode number forward reads in step with the settings
+            self.__dict__["_mode"] = _mode_number(self.__dict__)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.__dict__["_mode"] = _mode_number(self.__dict__)  # also for states pickled before _mode existed
+
     def forward(self, input: Tensor, offsets: Optional[Tensor] = None,
                 per_sample_weights: Optional[Tensor] = None) -> Tensor:
-        # The argument rules of torch.nn.functional.embedding_bag, with its messages.
-        if self.max_norm is not None:
-            raise NotImplementedError("shapejit.EmbeddingBag does not support max_norm")
-        if per_sample_weights is not None and input.size() != per_sample_weights.size():
-            raise ValueError(
-                "embedding_bag: If per_sample_weights ({}) is not None, then it must have the same "
-                "shape as the input ({})".format(per_sample_weights.shape, input.shape))
-        if input.dim() == 2:
+        # torch.nn.functional.embedding_bag's argument rules and exception types; the settings'
+        # rules are folded into self._mode (-1: some setting is refused, _check_settings says which).
+        mode = self._mode
+        if mode < 0:
+            self._check_settings()
+        if per_sample_weights is not None:
+            _check_per_sample_weights(input, per_sample_weights, self.mode)
+        dim = input.dim()
+        if dim == 1:
+            if offsets is None or offsets.dim() != 1:
+                raise ValueError("shapejit.EmbeddingBag: 1-D input needs offsets, a 1-D tensor, but got {}".format(
+                    "None" if offsets is None else "a {}-D tensor".format(offsets.dim())))
+        elif dim == 2:
             if offsets is not None:
-                raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a "
-                                 "mini-batch of fixed length sequences. However, found offsets of type "
-                                 "{}".format(type(offsets)))
-        elif input.dim() == 1:
-            if offsets is None:
-                raise ValueError("offsets has to be a 1D Tensor but got None")
-            if offsets.dim() != 1:
-                raise ValueError("offsets has to be a 1D Tensor")
+                raise ValueError("shapejit.EmbeddingBag: 2-D input holds bags of fixed length, so offsets must be "
+                                 "None, but a tensor was given")
         else:
-            raise ValueError("input has to be 1D or 2D Tensor, but got Tensor of dimension {}".format(input.dim()))
-        if self.mode not in _MODES:
-            raise ValueError("mode has to be one of sum, mean or max")
-        if self.mode == "max" and self.scale_grad_by_freq:
-            raise ValueError("max mode does not support scaling the gradient by the frequency")
-        if self.mode == "max" and self.sparse:
-            raise ValueError("max mode does not support sparse weights")
-        if per_sample_weights is not None and self.mode != "sum":
-            raise NotImplementedError(
-                "embedding_bag: per_sample_weights was not None. per_sample_weights is only supported "
-                "for mode='sum' (got mode='{}'). Please open a feature request on GitHub.".format(self.mode))
-        if self.weight.requires_grad and torch.is_grad_enabled():
+            raise ValueError("shapejit.EmbeddingBag: input must be 1-D or 2-D, but has {} dimensions".format(dim))
+        if _scripting():
+            weight = self.weight
+        else:  # Module.__getattr__ is the slowest step of an eager call; TorchScript drops this branch
+            weight = self._parameters["weight"]
+        if weight.requires_grad and torch.is_grad_enabled():
             warnings.warn("shapejit.EmbeddingBag is forward only: no gradient flows to its weight "
                           "(run under torch.no_grad() or freeze the weight to silence this)", stacklevel=2)
-        out = torch.ops.shapejit.embedding_bag(
-            self.weight.detach(), input, offsets, self.scale_grad_by_freq, _MODES[self.mode], self.sparse,
-            per_sample_weights, self.include_last_offset, self.padding_idx)
-        return out[0]
+        # No autograd kernel: the output never requires grad, so the weight needs no detach().
+        return _EMBEDDING_BAG_OUTPUT(weight, input, offsets, mode, per_sample_weights, self.include_last_offset,
+                                     self.padding_idx)
+
+    def _check_settings(self) -> None:
+        """Raises the error for the setting that makes self._mode -1."""
+        if self.max_norm is not None:
+            raise NotImplementedError("shapejit.EmbeddingBag: max_norm must be None (renormalising rows during "
+                                      "forward is not supported), but is {}".format(self.max_norm))
+        if self.mode != "sum" and self.mode != "mean" and self.mode != "max":
+            raise ValueError("shapejit.EmbeddingBag: mode must be 'sum', 'mean' or 'max', but is '{}'".format(self.mode))
+        if self.scale_grad_by_freq:
+            raise ValueError("shapejit.EmbeddingBag: mode 'max' cannot scale gradients by frequency "
+                             "(scale_grad_by_freq=True)")
+        raise ValueError("shapejit.EmbeddingBag: mode 'max' cannot have sparse gradients (sparse=True)")
+
+
+# The settings the mode number depends on; -1 when one of them is refused.
+_SETTINGS = frozenset(("mode", "max_norm", "scale_grad_by_freq", "sparse"))
+
+
+def _mode_number(settings) -> int:
+    number = _MODES.get(settings.get("mode"), -1)
+    if settings.get("max_norm") is not None:
+        return -1
+    if number == 2 and (settings.get("scale_grad_by_freq") or settings.get("sparse")):
+        return -1
+    return number
+
+
+def _check_per_sample_weights(input: Tensor, per_sample_weights: Tensor, mode: str) -> None:
+    if input.size() != per_sample_weights.size():
+        raise ValueError("shapejit.EmbeddingBag: per_sample_weights must have the input's shape {}, but has "
+                         "shape {}".format(input.size(), per_sample_weights.size()))
+    if mode != "sum":
+        raise NotImplementedError("shapejit.EmbeddingBag: per_sample_weights need mode 'sum', but mode is "
+                                  "'{}'".format(mode))
 
 
 _QUANTIZED_BITS = {torch.quint8: 8, torch.quint4x2: 4}
@@ -152,6 +193,7 @@ class QuantizedEmbeddingBag(torch.nn.Module):
 
     def forward(self, indices: Tensor, offsets: Optional[Tensor] = None, per_sample_weights: Optional[Tensor] = None,
                 compressed_indices_mapping: Optional[Tensor] = None) -> Tensor:
-        return quantized.rowwise_offsets(self.bits, self.packed_weight, indices, offsets, _MODES[self.mode],
+        mode = 0 if self.mode == "sum" else 1 if self.mode == "mean" else 2  # checked at construction
+        return quantized.rowwise_offsets(self.bits, self.packed_weight, indices, offsets, mode,
                                          self.pruned_weights, per_sample_weights, compressed_indices_mapping,
                                          self.include_last_offset, self.padding_idx)

@@ -49,8 +49,11 @@ def embedding_bag(weight_packed: Tensor, bits: int, indices: Tensor, offsets: Op
         include_last_offset, compressed_indices_mapping, offsets_as_lengths, output_dtype, dim)
 
 
-_ROWWISE_OP = {8: "embedding_bag_byte_rowwise_offsets", 4: "embedding_bag_4bit_rowwise_offsets",
-               2: "embedding_bag_2bit_rowwise_offsets"}
+def _rowwise_op_name(bits: int) -> str:
+    """The torch op a bit width stands for (a function, not a dict: TorchScript compiles it)."""
+    if bits == 8:
+        return "embedding_bag_byte_rowwise_offsets"
+    return "embedding_bag_{}bit_rowwise_offsets".format(bits)
 
 
 def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optional[Tensor], mode: int,
@@ -59,7 +62,7 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
                      padding_idx: Optional[int]) -> Tensor:
     """torch's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
     three public functions and shapejit.QuantizedEmbeddingBag call this)."""
-    op = "shapejit.quantized." + _ROWWISE_OP[bits]
+    op = "shapejit.quantized." + _rowwise_op_name(bits)
     if indices.dim() == 2:
         # Fixed-length bags, offsets 0, L, 2L, ... of the indices' dtype; torch applies
         # include_last_offset to these too (the last row then only closes the bag before it).
@@ -69,7 +72,7 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
         indices = indices.reshape(-1)
     elif offsets is None:
         raise RuntimeError(op + ": offsets are required with 1-D indices")
-    mapping = None
+    mapping: Optional[Tensor] = None
     if pruned_weights:
         if compressed_indices_mapping is None:
             raise RuntimeError(op + ": pruned_weights=True needs a compressed_indices_mapping")
@@ -79,8 +82,10 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
         # torch's convention: a mapping of exactly one 0 means the table is not pruned.
         not_pruned = compressed_indices_mapping.numel() == 1 and int(compressed_indices_mapping.reshape(-1)[0]) == 0
         mapping = None if not_pruned else compressed_indices_mapping
+    # TorchScript sees `mode` as the int it is annotated; eager callers may also pass a name.
+    mode_number = mode if torch.jit.is_scripting() else _mode_number(mode)
     result = torch.ops.shapejit.quantized_embedding_bag(
-        weight, bits, indices, offsets, _mode_number(mode), per_sample_weights, padding_idx, include_last_offset,
+        weight, bits, indices, offsets, mode_number, per_sample_weights, padding_idx, include_last_offset,
         mapping, True, torch.float32, None)
     return result[0]
 

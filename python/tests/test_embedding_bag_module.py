@@ -161,3 +161,38 @@ def test_inside_a_model(sj, seed):
         model.bag = sj.EmbeddingBag.from_torch(model.bag)
         actual = model(inp)
     assert torch.equal(actual, expected), replay("model output differs")
+
+
+@pytest.mark.parametrize("how", ["pickle", "torch.save"])
+def test_serialisation_round_trip(sj, seed, how):
+    import io
+    import pickle
+    torch.manual_seed(seed)
+    bag = sj.EmbeddingBag(30, 6, mode="max", padding_idx=1).requires_grad_(False)
+    if how == "pickle":
+        loaded = pickle.loads(pickle.dumps(bag))
+    else:
+        buf = io.BytesIO()
+        torch.save(bag, buf)
+        buf.seek(0)
+        loaded = torch.load(buf)
+    inp = torch.randint(0, 30, (4, 5))
+    assert type(loaded) is sj.EmbeddingBag and torch.equal(loaded(inp), bag(inp)), replay(how)
+    state = dict(loaded.__dict__)
+    del state["_mode"]  # a module pickled before the mode number existed
+    old = sj.EmbeddingBag.__new__(sj.EmbeddingBag)
+    old.__setstate__(state)
+    assert torch.equal(old(inp), bag(inp)), replay("state without _mode")
+
+
+def test_mode_changes_after_construction_are_followed(sj, seed):
+    gen = torch.Generator().manual_seed(seed)
+    ref, ours = pair(seed, num_embeddings=20, embedding_dim=5, mode="sum")
+    inp = torch.randint(0, 20, (3, 4), generator=gen)
+    for mode in ("mean", "max", "sum"):
+        ref.mode = ours.mode = mode
+        with torch.no_grad():
+            assert_same_tensor(ours(inp), ref(inp), "mode changed to " + mode)
+    ours.mode = "median"
+    with pytest.raises(ValueError, match="median"):
+        ours(inp)

@@ -79,6 +79,10 @@ def check_case(sj, case):
                                                case.include_last_offset)
     for name, a, e in zip(NAMES, actual, expected):
         assert_same_tensor(a, e, "{}: {}".format(case, name), tolerance if name == "output" else None)
+    # The output-only op (shapejit.EmbeddingBag's forward) computes the same output.
+    output_only = torch.ops.shapejit.embedding_bag_output(weight, indices, offsets, case.mode, psw,
+                                                          case.include_last_offset, case.padding_idx)
+    assert_same_tensor(output_only, actual[0], "{}: embedding_bag_output vs embedding_bag".format(case))
 
 
 def test_random_cases_match_torch_bitwise(sj, seed):

@@ -1,7 +1,9 @@
-// Uses the installed C++ API, including its exception on bad input.
+// Uses the installed C++ API, including its exception on bad input (caught across the library
+// boundary, so shapejit::Error's typeinfo must be exported) and the version query.
 #include <shapejit/shapejit.hpp>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 int main() {
@@ -21,6 +23,8 @@ int main() {
   } catch (const shapejit::Error& e) {
     ok = ok && e.status() == shapejit::Status::kInvalidArgument;
   }
+  ok = ok && shapejit::version() == SHAPEJIT_VERSION && std::string(shapejit::version_string()) == SHAPEJIT_VERSION_STRING;
+  ok = ok && std::string(shapejit::status_string(shapejit::Status::kOk)) == "ok";
   std::printf("consumer_cpp: %s\n", ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }

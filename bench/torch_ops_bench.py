@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""shapejit against PyTorch, called from PyTorch: torch.ops.shapejit.embedding_bag beside
+torch.embedding_bag, and shapejit.EmbeddingBag beside nn.EmbeddingBag, in one process.
+
+Every case times each implementation in interleaved rounds (round r runs A's batch, then B's,
+then the other pair's), each batch a run of back-to-back calls; a figure is the minimum over the
+rounds of (batch time / calls), so a burst of load on a shared machine shows up in neither. The
+results of the two sides are compared once per case (bitwise for these f32 tables), so a fast
+wrong answer cannot pass.
+
+    /usr/bin/python3 bench/torch_ops_bench.py                  # the issue's grid, 1 thread
+    /usr/bin/python3 bench/torch_ops_bench.py --dims 64 --rounds 11 --markdown
+
+Needs the extension: an installed shapejit, or PYTHONPATH=python with build/python/ built.
+"""
+import argparse
+import sys
+import time
+
+import torch
+
+import shapejit
+
+MODES = {"sum": 0, "mean": 1, "max": 2, "weighted": 0}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dims", default="8,16,32,64,128,256", help="embedding dims, comma-separated")
+    p.add_argument("--shapes", default="512x13,256x32", help="bags x indices per bag, comma-separated")
+    p.add_argument("--modes", default="sum,mean,weighted,max", help="sum, mean, weighted (sum), max")
+    p.add_argument("--rows", type=int, default=4096, help="table rows (the indices are uniform over them)")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for both sides")
+    p.add_argument("--rounds", type=int, default=41, help="interleaved rounds per case (minimum taken)")
+    p.add_argument("--batch-us", type=float, default=2000.0, help="target wall time of one batch of calls")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def batch_calls(fn, target_us):
+    """How many back-to-back calls make one batch of about target_us."""
+    fn()
+    t0 = time.perf_counter_ns()
+    fn()
+    one_us = max((time.perf_counter_ns() - t0) / 1000.0, 0.05)
+    return max(1, int(target_us / one_us))
+
+
+def time_interleaved(fns, rounds, target_us):
+    """Minimum microseconds per call of each function, batches of all of them interleaved."""
+    counts = [batch_calls(f, target_us) for f in fns]
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (f, n) in enumerate(zip(fns, counts)):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                f()
+            best[i] = min(best[i], (time.perf_counter_ns() - t0) / 1000.0 / n)
+    return best
+
+
+def make_case(rows, dim, bags, per_bag, mode, gen):
+    weight = torch.randn(rows, dim, generator=gen)
+    indices = torch.randint(0, rows, (bags * per_bag,), generator=gen)
+    offsets = torch.arange(0, bags * per_bag, per_bag)
+    psw = torch.rand(bags * per_bag, generator=gen) if mode == "weighted" else None
+    return weight, indices, offsets, psw
+
+
+def case_functions(weight, indices, offsets, psw, mode):
+    """(torch op, shapejit op, nn.EmbeddingBag, shapejit.EmbeddingBag) as zero-argument calls."""
+    m = MODES[mode]
+    name = "sum" if mode == "weighted" else mode
+    nn_bag = torch.nn.EmbeddingBag.from_pretrained(weight, mode=name, freeze=True)
+    sj_bag = shapejit.EmbeddingBag.from_pretrained(weight, mode=name, freeze=True)
+    return (
+        lambda: torch.embedding_bag(weight, indices, offsets, False, m, False, psw, False, None),
+        lambda: torch.ops.shapejit.embedding_bag(weight, indices, offsets, False, m, False, psw, False, None),
+        lambda: nn_bag(indices, offsets, per_sample_weights=psw),
+        lambda: sj_bag(indices, offsets, per_sample_weights=psw),
+    )
+
+
+def check_equal(fns, label):
+    ref_op, sj_op, ref_mod, sj_mod = (f() for f in fns)
+    if not torch.equal(ref_op[0], sj_op[0]) or not torch.equal(ref_mod, sj_mod):
+        sys.exit("torch_ops_bench: {}: shapejit's output differs from torch's".format(label))
+
+
+def main(argv):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(args.seed)
+    cases = []
+    for shape in args.shapes.split(","):
+        bags, per_bag = (int(x) for x in shape.split("x"))
+        for dim in (int(d) for d in args.dims.split(",")):
+            for mode in args.modes.split(","):
+                cases.append(("{}x{}".format(bags, per_bag), dim, mode, make_case(args.rows, dim, bags, per_bag, mode, gen)))
+    # The fixed cost: one bag of one index (the op and the module).
+    for dim in (8, 128):
+        cases.append(("1x1", dim, "sum", make_case(args.rows, dim, 1, 1, "sum", gen)))
+
+    header = ("bags", "D", "mode", "torch op us", "shapejit op us", "op speedup", "nn module us",
+              "shapejit module us", "module speedup")
+    rows = []
+    with torch.no_grad():
+        for shape, dim, mode, (weight, indices, offsets, psw) in cases:
+            fns = case_functions(weight, indices, offsets, psw, mode)
+            label = "{} D={} {}".format(shape, dim, mode)
+            check_equal(fns, label)
+            t = time_interleaved(fns, args.rounds, args.batch_us)
+            rows.append((shape, dim, mode, t[0], t[1], t[0] / t[1], t[2], t[3], t[2] / t[3]))
+            if not args.markdown:
+                print("{:8} {:4} {:9} op {:8.2f} vs {:8.2f} us ({:.2f}x)   module {:8.2f} vs {:8.2f} us ({:.2f}x)".format(
+                    shape, dim, mode, t[0], t[1], t[0] / t[1], t[2], t[3], t[2] / t[3]), flush=True)
+    if args.markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for r in rows:
+            print("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f}x | {:.2f} | {:.2f} | {:.2f}x |".format(*r))
+    worst = min(min(r[5], r[8]) for r in rows)
+    print("threads {}, {} rounds; slowest speedup {:.2f}x (shapejit {} ISA, torch {})".format(
+        args.threads, args.rounds, worst, getattr(shapejit, "isa", lambda: "?")(), torch.__version__))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,143 @@
+"""shapejit.optimize(model): swaps every supported torch.nn.EmbeddingBag, quantized
+torch.ao.nn.quantized.EmbeddingBag and torch.nn.MultiheadAttention of a model for its shapejit
+module, and reports what it swapped and what it left alone, with the reason."""
+import copy
+from typing import List, NamedTuple, Optional
+
+import torch
+
+from .attention import MultiheadAttention
+from .modules import EmbeddingBag, QuantizedEmbeddingBag
+
+
+class Swap(NamedTuple):
+    name: str      # the module's path in the model ("" for the model itself)
+    was: str       # the torch class
+    now: str       # the shapejit class
+    note: str      # "" or what the user should know about this swap
+
+
+class Skip(NamedTuple):
+    name: str
+    kind: str
+    reason: str
+
+
+class Report:
+    """What optimize() did: `swapped` and `skipped` lists; str(report) is a readable table."""
+
+    def __init__(self):
+        self.swapped: List[Swap] = []
+        self.skipped: List[Skip] = []
+
+    def __str__(self):
+        lines = ["shapejit.optimize: {} swapped, {} skipped".format(len(self.swapped), len(self.skipped))]
+        for s in self.swapped:
+            lines.append("  swapped {} ({} -> {}){}".format(s.name or "<model>", s.was, s.now,
+                                                           ": " + s.note if s.note else ""))
+        for s in self.skipped:
+            lines.append("  skipped {} ({}): {}".format(s.name or "<model>", s.kind, s.reason))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+class Optimized(NamedTuple):
+    model: torch.nn.Module
+    report: Report
+
+
+_FLOAT_TABLES = (torch.float32, torch.float16, torch.bfloat16)
+_FUSED_PATH_NOTE = ("inside {}: in eval mode with batch_first, no grad and no src_mask, the layer's fused "
+                    "path reads these parameters itself and does not call the module")
+
+
+def _refusal(module: torch.nn.Module) -> Optional[str]:
+    """Why `module` (a candidate type) cannot be swapped, or None."""
+    if module._forward_hooks or module._forward_pre_hooks:
+        return "it has forward hooks, which the swap would drop"
+    if type(module) is torch.nn.EmbeddingBag:
+        w = module.weight
+        if module.max_norm is not None:
+            return "max_norm={} (renormalising rows during forward is not supported)".format(module.max_norm)
+        if w.device.type != "cpu":
+            return "its weight is on {}, shapejit runs on the CPU".format(w.device)
+        if w.dtype not in _FLOAT_TABLES:
+            return "its weight is {}, shapejit takes float32, float16 or bfloat16 tables".format(w.dtype)
+        return None
+    if type(module) is torch.nn.MultiheadAttention:
+        for name, p in module.named_parameters(recurse=False):
+            if p.device.type != "cpu" or p.dtype != torch.float32:
+                return "{} is {} on {}, shapejit's in-projection takes float32 CPU tensors".format(
+                    name, p.dtype, p.device)
+        return None
+    return None  # quantized bags: from_torch names what it refuses
+
+
+def _candidate(module: torch.nn.Module) -> bool:
+    """An exact torch type shapejit replaces (subclasses may compute something else)."""
+    return type(module) in (torch.nn.EmbeddingBag, torch.nn.MultiheadAttention,
+                            torch.ao.nn.quantized.EmbeddingBag)
+
+
+def _subclass_of_candidate(module: torch.nn.Module) -> bool:
+    own = (EmbeddingBag, QuantizedEmbeddingBag, MultiheadAttention)
+    bases = (torch.nn.EmbeddingBag, torch.nn.MultiheadAttention, torch.ao.nn.quantized.EmbeddingBag)
+    return isinstance(module, bases) and not isinstance(module, own) and not _candidate(module)
+
+
+def _convert(module: torch.nn.Module) -> torch.nn.Module:
+    if type(module) is torch.nn.MultiheadAttention:
+        return MultiheadAttention.from_torch(module)
+    return EmbeddingBag.from_torch(module)  # float or quantized bags
+
+
+def optimize(model: torch.nn.Module, inplace: bool = False) -> Optimized:
+    """Replaces every supported torch.nn.EmbeddingBag, torch.ao.nn.quantized.EmbeddingBag and
+    torch.nn.MultiheadAttention in `model` (recursively, the model itself included) by the
+    shapejit module computing the same results, sharing its parameters.
+
+    Returns (model, report): with inplace=False (the default) `model` is a deep copy and the
+    argument is untouched; with inplace=True the argument itself is changed and returned.
+    Only the exact torch classes are swapped (a subclass may compute something else); a module
+    reached through several paths is converted once and stays shared.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("shapejit.optimize: model must be a torch.nn.Module, but got {}".format(type(model).__name__))
+    if not inplace:
+        model = copy.deepcopy(model)
+    report = Report()
+    done = {}  # id(old module) -> new module (or the old one when skipped)
+
+    def visit(module: torch.nn.Module, name: str, parent: Optional[torch.nn.Module]) -> torch.nn.Module:
+        if id(module) in done:
+            return done[id(module)]
+        new = module
+        if _candidate(module):
+            reason = _refusal(module)
+            if reason is None:
+                try:
+                    new = _convert(module)
+                except (ValueError, NotImplementedError) as e:  # the converter names the rule
+                    reason = str(e)
+            if reason is not None:
+                report.skipped.append(Skip(name, type(module).__name__, reason))
+            else:
+                note = ""
+                if isinstance(new, MultiheadAttention) and isinstance(parent, torch.nn.TransformerEncoderLayer):
+                    note = _FUSED_PATH_NOTE.format(type(parent).__name__)
+                report.swapped.append(Swap(name, type(module).__name__, type(new).__name__, note))
+        elif _subclass_of_candidate(module):
+            report.skipped.append(Skip(name, type(module).__name__,
+                                       "a subclass of a supported torch class: its forward may differ"))
+        else:
+            for child_name, child in list(module._modules.items()):  # every name, shared children too
+                if child is None:
+                    continue
+                replaced = visit(child, name + "." + child_name if name else child_name, module)
+                if replaced is not child:
+                    setattr(module, child_name, replaced)
+        done[id(module)] = new
+        return new
+
+    return Optimized(visit(model, "", None), report)
