@@ -4,6 +4,7 @@
 // functions from shared headers, so no AVX-512 copy of a shared inline function can leak into
 // the rest of the binary through the linker's choice among duplicate definitions.
 #include "gather_limit.hpp"
+#include "gather_limit_dispatch.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -68,49 +69,18 @@ void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
   }
 }
 
-template <int kDim>
-void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-  switch (a.op) {
-    case LimitOp::kSum:
-      gather_bags<kDim, LimitOp::kSum>(a, bag_begin, bag_end);
-      return;
-    case LimitOp::kMean:
-      gather_bags<kDim, LimitOp::kMean>(a, bag_begin, bag_end);
-      return;
-    case LimitOp::kWeightedSum:
-      gather_bags<kDim, LimitOp::kWeightedSum>(a, bag_begin, bag_end);
-      return;
-    case LimitOp::kMax:
-      gather_bags<kDim, LimitOp::kMax>(a, bag_begin, bag_end);
-      return;
+// The loop as run_limit_loop (gather_limit_dispatch.hpp) calls it.
+struct Loop {
+  template <int kDim, LimitOp kOp>
+  static void run(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+    gather_bags<kDim, kOp>(a, bag_begin, bag_end);
   }
-}
+};
 
 }  // namespace
 
 bool limit_embedding_bag_avx512(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
-  switch (args.dim) {
-    case 16:
-      gather_bags_op<16>(args, bag_begin, bag_end);
-      return true;
-    case 32:
-      gather_bags_op<32>(args, bag_begin, bag_end);
-      return true;
-    case 64:
-      gather_bags_op<64>(args, bag_begin, bag_end);
-      return true;
-    case 128:
-      gather_bags_op<128>(args, bag_begin, bag_end);
-      return true;
-    case 256:
-      gather_bags_op<256>(args, bag_begin, bag_end);
-      return true;
-    case 512:
-      gather_bags_op<512>(args, bag_begin, bag_end);
-      return true;
-    default:
-      return false;
-  }
+  return run_limit_loop<Loop>(args, bag_begin, bag_end);
 }
 
 #else  // not x86-64: no AVX-512 loop (limit_loop() never hands this one out there)

@@ -7,6 +7,7 @@
 // keeps its accumulators across the whole bag and walks the bag's indices once (they are in L1
 // after the first block).
 #include "gather_limit.hpp"
+#include "gather_limit_dispatch.hpp"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -73,49 +74,18 @@ void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
     gather_block<kBlock, kOp>(a, bag_begin, bag_end, col);
 }
 
-template <int kDim>
-void gather_bags_op(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-  switch (a.op) {
-    case LimitOp::kSum:
-      gather_bags<kDim, LimitOp::kSum>(a, bag_begin, bag_end);
-      return;
-    case LimitOp::kMean:
-      gather_bags<kDim, LimitOp::kMean>(a, bag_begin, bag_end);
-      return;
-    case LimitOp::kWeightedSum:
-      gather_bags<kDim, LimitOp::kWeightedSum>(a, bag_begin, bag_end);
-      return;
-    case LimitOp::kMax:
-      gather_bags<kDim, LimitOp::kMax>(a, bag_begin, bag_end);
-      return;
+// The loop as run_limit_loop (gather_limit_dispatch.hpp) calls it.
+struct Loop {
+  template <int kDim, LimitOp kOp>
+  static void run(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
+    gather_bags<kDim, kOp>(a, bag_begin, bag_end);
   }
-}
+};
 
 }  // namespace
 
 bool limit_embedding_bag_neon(const LimitArgs& args, int64_t bag_begin, int64_t bag_end) {
-  switch (args.dim) {
-    case 16:
-      gather_bags_op<16>(args, bag_begin, bag_end);
-      return true;
-    case 32:
-      gather_bags_op<32>(args, bag_begin, bag_end);
-      return true;
-    case 64:
-      gather_bags_op<64>(args, bag_begin, bag_end);
-      return true;
-    case 128:
-      gather_bags_op<128>(args, bag_begin, bag_end);
-      return true;
-    case 256:
-      gather_bags_op<256>(args, bag_begin, bag_end);
-      return true;
-    case 512:
-      gather_bags_op<512>(args, bag_begin, bag_end);
-      return true;
-    default:
-      return false;
-  }
+  return run_limit_loop<Loop>(args, bag_begin, bag_end);
 }
 
 #else  // not AArch64: no NEON loop (limit_loop() never hands this one out there)
