@@ -41,8 +41,10 @@ int prefetch_override() {
 /// (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch won again.
 int prefetch_distance(const EmbagCallPlan& p) {
   if (const int forced = prefetch_override(); forced >= 0) return forced;
-  const int64_t table_bytes = p.num_rows * p.row_stride_bytes;
-  return 2 * table_bytes <= private_cache_bytes() ? 0 : kPrefetchDistance;
+  // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
+  const int64_t budget = private_cache_bytes() / 2;
+  const bool cached = p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes;
+  return cached ? 0 : kPrefetchDistance;
 }
 
 // The ISAs that have an embedding-bag generator; others run the generic kernel.

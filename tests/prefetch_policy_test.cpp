@@ -49,6 +49,8 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(4096, 1024, 1024) == 16);         // 16 MiB
   // The extent counts the stride, not just the values read: padded rows take cache too.
   CHECK(key_prefetch(half_rows, dim, 2 * dim) == 16);
+  // A declared extent of 2^62 bytes (found by fuzz/: doubling it overflowed) is not cached.
+  CHECK(key_prefetch(int64_t(1) << 42, int64_t(1) << 18, int64_t(1) << 18) == 16);
 }
 
 }  // namespace
