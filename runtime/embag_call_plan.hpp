@@ -4,9 +4,11 @@
 // so a call is validated exactly once whichever entry point it comes through.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
+#include "runtime/byte_ranges.hpp"
 #include "runtime/partition.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
@@ -53,10 +55,19 @@ struct EmbagCallPlan {
   /// The opt-in ATen partial-final-offset quirk (offsets[B] < N), which only the reference runs.
   bool partial_final_offset = false;
 
+  /// The bytes the call reads of each input (weight from its first row to the end of its last,
+  /// indices, offsets, per_sample_weights, compressed_indices_mapping), which no output may
+  /// share; one it reads nothing of is the inverted range [2^64 - 1, 0) (runtime/validate_buffers).
+  std::array<ByteRange, 5> input_ranges{};
+
   std::vector<int64_t> span_storage64;  ///< normalised spans for int64 offsets (lengths form)
   std::vector<int32_t> span_storage32;  ///< normalised spans for int32 offsets (lengths form)
 
   EmbagCallPlan() = default;
+  /// A plan of `call` before validation: every derived field still at its default.
+  explicit EmbagCallPlan(const shapejit_embedding_bag_ex_args& call) : args(call) {}
+  /// A plan of a plain call, extended with the defaults of shapejit_embedding_bag_ex_init.
+  explicit EmbagCallPlan(const shapejit_embedding_bag_args& call);
   EmbagCallPlan(EmbagCallPlan&&) noexcept = default;
   EmbagCallPlan& operator=(EmbagCallPlan&&) noexcept = default;
   EmbagCallPlan(const EmbagCallPlan&) = delete;

@@ -10,12 +10,22 @@
 
 #include "jit/embag_plan.hpp"
 #include "ref/int_access.hpp"
+#include "runtime/kernel_cache.hpp"
 #include "runtime/validate.hpp"
 
 namespace shapejit::rt {
 namespace {
 
-constexpr int kPrefetchDistance = 16;  // indices ahead, measured best on Zen 2 and Zen 5
+constexpr int kPrefetchDistance = 16;  // indices ahead: the AVX-512 (Zen 5) and NEON hosts
+
+// AVX2 hosts (measured on Zen 2, 4096-row f32 tables in L3, D = 32..512, sum/mean/weighted,
+// kernels alone against the limit loop): the best distance shrinks as rows grow. With the other
+// core idle, 4-8 indices won from D=128 up (16 lost 5-20 % at D >= 256); with the other core
+// busy, 12-16 won at D <= 128 (6 lost 7 % at D=128) while D=256 and 512 still wanted 6-8.
+// About 6 KiB of row bytes ahead, within [6, 16] indices, is within 3 % of the best in both
+// states: 16 up to 256-byte rows (D <= 64), 12 at D=128, 6 from D=256.
+constexpr int64_t kAvx2PrefetchBytes = 6144;
+constexpr int kAvx2MinPrefetch = 6;
 
 /// SHAPEJIT_PREFETCH_DISTANCE (0..1024) when set (tuning on another machine), else -1: the
 /// distance then follows the table (prefetch_distance).
@@ -39,12 +49,17 @@ int prefetch_override() {
 /// across calls, and there the prefetch's index load, multiply and clamp per row cost more than
 /// they hide (about 1.5x on a hot D=16 table on Zen 2), and they rule out two bags in flight
 /// (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch won again.
-int prefetch_distance(const EmbagCallPlan& p) {
+/// Beyond that the distance is per host class (the ISA the engine selected stands for it).
+int prefetch_distance(const EmbagCallPlan& p, jit::Isa isa) {
   if (const int forced = prefetch_override(); forced >= 0) return forced;
   // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
   const int64_t budget = private_cache_bytes() / 2;
   const bool cached = p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes;
-  return cached ? 0 : kPrefetchDistance;
+  if (cached) return 0;
+  if (isa != jit::Isa::kAvx2) return kPrefetchDistance;
+  const int64_t row_bytes = jit::embag_col_bytes(p.table, p.dim) + jit::embag_row_trailer_bytes(p.table);
+  return int(std::clamp<int64_t>(kAvx2PrefetchBytes / std::max<int64_t>(row_bytes, 1), kAvx2MinPrefetch,
+                                 kPrefetchDistance));
 }
 
 // The ISAs that have an embedding-bag generator; others run the generic kernel.
@@ -53,6 +68,15 @@ bool has_embag_generator(jit::Isa isa) {
 }
 
 size_t index_out_bytes(const EmbagCallPlan& p) { return p.index_out == DType::kI32 ? 4 : 8; }
+
+// A one-bag call's single count is stored directly: a library call costs more than the store.
+void zero_counts(void* counts, int64_t n, size_t element_bytes) {
+  static constexpr int64_t kZero = 0;
+  const size_t bytes = size_t(n) * element_bytes;
+  if (bytes == sizeof(int64_t)) std::memcpy(counts, &kZero, sizeof(int64_t));
+  else if (bytes == sizeof(int32_t)) std::memcpy(counts, &kZero, sizeof(int32_t));
+  else std::memset(counts, 0, bytes);
+}
 
 }  // namespace
 
@@ -64,7 +88,7 @@ int64_t private_cache_bytes() {
   return bytes;
 }
 
-jit::EmbagKey make_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
+jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   jit::EmbagKey key;
   key.isa = isa;
   key.table = p.table;
@@ -77,11 +101,24 @@ jit::EmbagKey make_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.pruned = p.pruned;
   key.index = p.index;
   key.offset = p.offset;
-  key.prefetch = prefetch_distance(p);
+  key.prefetch = prefetch_distance(p, isa);
+  return key;
+}
+
+jit::EmbagKey resolve_embag_key(const jit::EmbagKey& wanted) {
+  jit::EmbagKey key = wanted;
   // Rows wider than any generator takes (valid calls, e.g. with no bags), dim 0, and keys the
   // generators refuse run the generic kernel.
-  if (!has_embag_generator(isa) || jit::embag_key_unsupported_reason(key)) key.isa = jit::Isa::kScalar;
+  if (!has_embag_generator(key.isa) || jit::embag_key_unsupported_reason(key)) key.isa = jit::Isa::kScalar;
   return key;
+}
+
+jit::EmbagKey make_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
+  return resolve_embag_key(wanted_embag_key(p, isa));
+}
+
+EmbagKernelHandle embag_kernel_for(const EmbagCallPlan& p, jit::Isa isa) {
+  return embag_kernel_cache().get_remembered(wanted_embag_key(p, isa), resolve_embag_key);
 }
 
 jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output, void* offset2bag, void* bag_size,
@@ -109,8 +146,8 @@ jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output
 
 void zero_sum_mode_counts(const EmbagCallPlan& p, void* bag_size, void* max_indices) {
   if (p.mode != Mode::kSum) return;
-  if (bag_size) std::memset(bag_size, 0, size_t(p.shapes.bag_size_len) * index_out_bytes(p));
-  if (max_indices) std::memset(max_indices, 0, size_t(p.shapes.max_indices_rows) * index_out_bytes(p));
+  if (bag_size) zero_counts(bag_size, p.shapes.bag_size_len, index_out_bytes(p));
+  if (max_indices) zero_counts(max_indices, p.shapes.max_indices_rows, index_out_bytes(p));
 }
 
 void fill_unbagged_positions(const EmbagCallPlan& p, void* offset2bag) {

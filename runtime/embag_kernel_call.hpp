@@ -8,14 +8,27 @@
 
 namespace shapejit::rt {
 
+class EmbagKernelHandle;  // runtime/kernel_cache.hpp
+
 /// The key the API runs a planned call with on `isa`. Where no generator applies (an ISA
 /// without one, rows wider than jit::kMaxGeneratedEmbagDim, or a key
 /// jit::embag_key_unsupported_reason refuses, e.g. a table dtype not generated yet) it is the
 /// generic kernel's key: isa kScalar, the call's dim. So a dtype switches to JIT code as soon
 /// as the generators accept its keys. The prefetch distance follows the table: none for a table
-/// within half the core's L2 (rows stay cached), 16 indices otherwise; SHAPEJIT_PREFETCH_DISTANCE
-/// fixes it for every call.
+/// within half the core's L2 (rows stay cached), else per host class: on AVX2 about 6 KiB of
+/// rows ahead (6..16 indices), 16 indices on the others; SHAPEJIT_PREFETCH_DISTANCE fixes it
+/// for every call.
 jit::EmbagKey make_embag_key(const EmbagCallPlan& plan, jit::Isa isa);
+
+/// make_embag_key in two steps: the key the call asks for (every field from the plan and `isa`)
+/// and the key that serves it (the generic kernel's where no generator applies; a function of
+/// the key alone).
+jit::EmbagKey wanted_embag_key(const EmbagCallPlan& plan, jit::Isa isa);
+jit::EmbagKey resolve_embag_key(const jit::EmbagKey& wanted);
+
+/// The kernel of make_embag_key(plan, isa) from the process cache, the calling thread's last
+/// lookup remembered (EmbagKernelCache::get_remembered): what the API runs a planned call with.
+EmbagKernelHandle embag_kernel_for(const EmbagCallPlan& plan, jit::Isa isa);
 
 /// Bytes of the core's private (L2) cache as the prefetch rule reads it (512 KiB where the
 /// system does not say).

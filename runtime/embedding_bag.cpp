@@ -25,12 +25,13 @@ void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag
     ref::embedding_bag(plan.args, output, offset2bag, bag_size, max_indices);
     return;
   }
-  const EmbagKernelHandle kernel = embag_kernel_cache().get(make_embag_key(plan, isa));
+  const EmbagKernelHandle kernel = embag_kernel_for(plan, isa);
   BagSchedule schedule(plan.offsets, plan.num_bags, plan.num_indices, plan.dim);
   // From here on nothing allocates but oneTBB, whose failures the schedule absorbs.
   zero_sum_mode_counts(plan, bag_size, max_indices);
   const jit::EmbagKernelArgs base = make_embag_kernel_args(plan, output, offset2bag, bag_size, max_indices);
   schedule.run([&](int64_t begin, int64_t end) {
+    if (begin == base.bag_begin && end == base.bag_end) return kernel(base);  // one chunk: no copy
     jit::EmbagKernelArgs chunk = base;
     chunk.bag_begin = begin;
     chunk.bag_end = end;

@@ -45,6 +45,22 @@ std::exception_ptr as_shapejit_error(std::exception_ptr error, const jit::EmbagK
   }
 }
 
+// Epochs are unique in the process: every cache takes a fresh one (0 is no cache's).
+uint64_t next_epoch() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// The calling thread's last get_remembered answer. Constant-initialised (no guard on access);
+// it holds no ownership: the kernel stays valid while the cache of `epoch` lives, and a cache
+// is only asked while it lives.
+struct RememberedKernel {
+  uint64_t epoch = 0;
+  jit::EmbagKey wanted{};
+  EmbagKernelHandle handle{};
+};
+constinit thread_local RememberedKernel t_remembered;
+
 }  // namespace
 
 EmbagKernelCache::EmbagKernelCache(EmbagCompileFn compile, int64_t code_limit_bytes)
@@ -53,7 +69,8 @@ EmbagKernelCache::EmbagKernelCache(EmbagCompileFn compile, int64_t code_limit_by
                                            const jit::CodeAdmission& admit) {
                            return jit::generate_embag_kernel_admitted(key, runtime, admit);
                          })),
-      runtime_(make_jit_runtime()) {
+      runtime_(make_jit_runtime()),
+      epoch_(next_epoch()) {
   stats_.code_limit_bytes = code_limit_bytes < 0 ? default_code_limit_bytes() : code_limit_bytes;
 }
 
@@ -70,6 +87,20 @@ EmbagKernelHandle EmbagKernelCache::get(const jit::EmbagKey& key) {
     }
   }
   return get_slow(key);
+}
+
+EmbagKernelHandle EmbagKernelCache::get_remembered(const jit::EmbagKey& wanted,
+                                                   jit::EmbagKey (*resolve)(const jit::EmbagKey&)) {
+  RememberedKernel& last = t_remembered;
+  if (last.epoch == epoch_ && last.wanted == wanted) [[likely]] {
+    if (!last.handle.generic()) hits_.fetch_add(1, std::memory_order_relaxed);  // as get()'s map hit
+    return last.handle;
+  }
+  const EmbagKernelHandle handle = get(resolve(wanted));
+  const jit::EmbagKey& key = handle.key();
+  const bool bound_fallback = handle.generic() && key.isa != jit::Isa::kScalar && key.dim != 0;
+  if (!bound_fallback) last = {epoch_, wanted, handle};
+  return handle;
 }
 
 EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {

@@ -85,6 +85,14 @@ class EmbagKernelCache {
   /// The kernel of `key`, compiling it if needed. Throws shapejit::Error when compilation fails
   /// (kInternalError for non-shapejit exceptions, kOutOfMemory for bad_alloc).
   EmbagKernelHandle get(const jit::EmbagKey& key);
+  /// The kernel of `resolve(wanted)` (get()), with the calling thread's last answer in front:
+  /// asking again for the same `wanted` costs a key compare, no lock, no hash and no call of
+  /// `resolve` (a pure function of the key: the API's fallback to the generic kernel). The
+  /// thread's answer is tied to this cache's epoch, which no other cache shares, so a kernel of
+  /// a destroyed cache (or of another one) is never served.
+  /// A generic fallback at the code bound is never remembered (a raised bound replaces it, and
+  /// every such lookup is counted), and a remembered answer counts as the hit get() would count.
+  EmbagKernelHandle get_remembered(const jit::EmbagKey& wanted, jit::EmbagKey (*resolve)(const jit::EmbagKey&));
   /// Counters so far.
   EmbagCacheStats stats() const;
   /// Sets the bound on JIT code bytes (< 0 restores the default). Lowering it below the code
@@ -118,6 +126,9 @@ class EmbagKernelCache {
   EmbagCacheStats stats_;         // the other counters; code_limit_bytes is the live limit
   int64_t reserved_bytes_ = 0;    // held by compilations in flight, counted against the limit
   int64_t largest_emitted_ = 0;   // the reservation a new compilation starts with (>= 1 byte)
+  // What threads' remembered answers are valid for (get_remembered). Kernels are never dropped,
+  // so one epoch lasts the cache's life; anything that dropped them would have to renew it.
+  const uint64_t epoch_;
 };
 
 /// SHAPEJIT_CODE_LIMIT_BYTES when it is a non-negative integer (otherwise ignored with one

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "ref/embedding_bag.hpp"
 #include "ref/table_rows.hpp"
@@ -25,32 +26,47 @@ using std::to_string;
 
 std::string dtype_text(int64_t t) { return std::string(dtype_name(t)) + " (" + to_string(t) + ")"; }
 
-// a * b * c bytes must fit in int64 (and so in the address space checks that follow).
-void check_bytes(const char* what, int64_t a, int64_t b, int64_t elem_bytes) {
-  int64_t n = 0, bytes = 0;
-  if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, elem_bytes, &bytes))
-    invalid(std::string(what) + " has " + to_string(a) + " x " + to_string(b) +
-            " elements, whose byte count overflows int64");
+// The checks every call runs many times are inlined; their messages are built out of line
+// (a passing check then costs its compare, not a stack frame sized for the message).
+[[noreturn, gnu::cold, gnu::noinline]] void report_byte_overflow(const char* what, int64_t a, int64_t b) {
+  invalid(std::string(what) + " has " + to_string(a) + " x " + to_string(b) +
+          " elements, whose byte count overflows int64");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void report_negative(const char* name, int64_t v) {
+  invalid(std::string(name) + " must be >= 0, but got " + to_string(v));
 }
 
-void check_non_negative(const char* name, int64_t v) {
-  if (v < 0) invalid(std::string(name) + " must be >= 0, but got " + to_string(v));
+// a * b * c bytes must fit in int64 (and so in the address space checks that follow).
+inline void check_bytes(const char* what, int64_t a, int64_t b, int64_t elem_bytes) {
+  int64_t n = 0, bytes = 0;
+  if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, elem_bytes, &bytes)) [[unlikely]]
+    report_byte_overflow(what, a, b);
+}
+
+inline void check_non_negative(const char* name, int64_t v) {
+  if (v < 0) [[unlikely]] report_negative(name, v);
 }
 
 void check_index_dtype(const char* name, int64_t t) {
   if (t != SHAPEJIT_I32 && t != SHAPEJIT_I64)
-    invalid(std::string(name) + " must be int32 or int64, but got dtype " + dtype_text(t));
+    invalid_with([&] { return std::string(name) + " must be int32 or int64, but got dtype " + dtype_text(t); });
 }
 
 // Table rows: Q4 and Q2 pack 2 and 4 codes per byte, so D must fill whole bytes (B1).
 void check_table(const shapejit_embedding_bag_args& a, int64_t table) {
   if (!ref::is_float_dtype(table) && !ref::is_quantized_table(table))
-    invalid("weight must be a float32, float16 or bfloat16 table or rowwise-quantized q8, q4 or q2 rows, but got "
-            "dtype " + dtype_text(table));
+    invalid_with([&] {
+      return "weight must be a float32, float16 or bfloat16 table or rowwise-quantized q8, q4 or q2 rows, but got "
+             "dtype " +
+             dtype_text(table);
+    });
   if (table == SHAPEJIT_Q4 && a.dim % 2 != 0)
-    invalid("weight.dim must be even for q4 rows (two 4-bit codes per byte), but got " + to_string(a.dim));
+    invalid_with(
+        [&] { return "weight.dim must be even for q4 rows (two 4-bit codes per byte), but got " + to_string(a.dim); });
   if (table == SHAPEJIT_Q2 && a.dim % 4 != 0)
-    invalid("weight.dim must be a multiple of 4 for q2 rows (four 2-bit codes per byte), but got " + to_string(a.dim));
+    invalid_with([&] {
+      return "weight.dim must be a multiple of 4 for q2 rows (four 2-bit codes per byte), but got " + to_string(a.dim);
+    });
 }
 
 void check_sizes(EmbagCallPlan& p) {
@@ -59,7 +75,7 @@ void check_sizes(EmbagCallPlan& p) {
   check_index_dtype("indices", c_enum_value(a.index_dtype));
   check_index_dtype("offsets", c_enum_value(a.offset_dtype));
   if (mode != SHAPEJIT_SUM && mode != SHAPEJIT_MEAN && mode != SHAPEJIT_MAX)
-    invalid("mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(mode));
+    invalid_with([&] { return "mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(mode); });
   check_non_negative("weight.num_rows", a.num_rows);
   check_non_negative("weight.dim", a.dim);
   check_non_negative("indices.numel", a.num_indices);
@@ -69,19 +85,26 @@ void check_sizes(EmbagCallPlan& p) {
   const bool quantized = ref::is_quantized_table(table);
   const int64_t row_bytes = ref::table_row_bytes(table, a.dim);
   if (quantized && a.row_stride < row_bytes)
-    invalid("weight.row_stride counts bytes for " + std::string(dtype_name(table)) +
-            " rows and must be >= the packed row's " + to_string(row_bytes) + " bytes (dim " + to_string(a.dim) +
-            "), but got " + to_string(a.row_stride));
+    invalid_with([&] {
+      return "weight.row_stride counts bytes for " + std::string(dtype_name(table)) +
+             " rows and must be >= the packed row's " + to_string(row_bytes) + " bytes (dim " + to_string(a.dim) +
+             "), but got " + to_string(a.row_stride);
+    });
   if (!quantized && a.row_stride < a.dim)
-    invalid("weight.row_stride must be >= dim (" + to_string(a.dim) + "), but got " + to_string(a.row_stride));
+    invalid_with([&] {
+      return "weight.row_stride must be >= dim (" + to_string(a.dim) + "), but got " + to_string(a.row_stride);
+    });
   const int64_t stride_unit = quantized ? 1 : ref::float_element_bytes(table);
   check_bytes("weight", a.num_rows, a.row_stride, stride_unit);
   check_bytes("output", a.num_offsets, a.dim, 8);  // also bounds max_indices [B, D] of int64
   check_bytes("indices", a.num_indices, 1, 8);
   check_bytes("offsets", a.num_offsets, 1, 8);
-  if (!a.weight && a.num_rows > 0 && a.dim > 0) invalid("weight is null but has " + to_string(a.num_rows) + " rows");
-  if (!a.indices && a.num_indices > 0) invalid("indices is null but has " + to_string(a.num_indices) + " elements");
-  if (!a.offsets && a.num_offsets > 0) invalid("offsets is null but has " + to_string(a.num_offsets) + " elements");
+  if (!a.weight && a.num_rows > 0 && a.dim > 0)
+    invalid_with([&] { return "weight is null but has " + to_string(a.num_rows) + " rows"; });
+  if (!a.indices && a.num_indices > 0)
+    invalid_with([&] { return "indices is null but has " + to_string(a.num_indices) + " elements"; });
+  if (!a.offsets && a.num_offsets > 0)
+    invalid_with([&] { return "offsets is null but has " + to_string(a.num_offsets) + " elements"; });
 
   p.table = static_cast<DType>(table);
   p.mode = static_cast<Mode>(mode);
@@ -102,25 +125,36 @@ void check_sizes(EmbagCallPlan& p) {
 void check_output_and_weight_dtypes(EmbagCallPlan& p) {
   const shapejit_embedding_bag_ex_args& e = p.args;
   const int64_t table = int64_t(p.table), out = c_enum_value(e.output_dtype);
-  const std::string table_text = std::string(dtype_name(table)) + " table";
+  // Built only for a message: a passing call makes no string.
+  const auto table_text = [&] { return std::string(dtype_name(table)) + " table"; };
   if (ref::is_quantized_table(table)) {
     if (!ref::is_float_dtype(out))
-      invalid("output_dtype must be float32, float16 or bfloat16 for a " + table_text + ", but got " + dtype_text(out));
+      invalid_with([&] {
+        return "output_dtype must be float32, float16 or bfloat16 for a " + table_text() + ", but got " +
+               dtype_text(out);
+      });
   } else if (out != table) {
-    invalid("output_dtype must be the table's dtype " + std::string(dtype_name(table)) + " for a " + table_text +
-            ", but got " + dtype_text(out));
+    invalid_with([&] {
+      return "output_dtype must be the table's dtype " + std::string(dtype_name(table)) + " for a " + table_text() +
+             ", but got " + dtype_text(out);
+    });
   }
   p.out = static_cast<DType>(out);
   p.weighted = e.call.per_sample_weights != nullptr;
   if (!p.weighted) return;  // the weights' dtype describes no buffer
   const int64_t psw = c_enum_value(e.per_sample_weights_dtype);
   if (table == SHAPEJIT_Q8 && psw != SHAPEJIT_F32)
-    invalid("per_sample_weights_dtype must be float32 for a q8 table, but got " + dtype_text(psw));
+    invalid_with([&] { return "per_sample_weights_dtype must be float32 for a q8 table, but got " + dtype_text(psw); });
   if ((table == SHAPEJIT_Q4 || table == SHAPEJIT_Q2) && psw != SHAPEJIT_F32 && psw != SHAPEJIT_F16)
-    invalid("per_sample_weights_dtype must be float32 or float16 for a " + table_text + ", but got " + dtype_text(psw));
+    invalid_with([&] {
+      return "per_sample_weights_dtype must be float32 or float16 for a " + table_text() + ", but got " +
+             dtype_text(psw);
+    });
   if (!ref::is_quantized_table(table) && psw != table)
-    invalid("per_sample_weights_dtype must be the table's dtype " + std::string(dtype_name(table)) + " for a " +
-            table_text + ", but got " + dtype_text(psw));
+    invalid_with([&] {
+      return "per_sample_weights_dtype must be the table's dtype " + std::string(dtype_name(table)) + " for a " +
+             table_text() + ", but got " + dtype_text(psw);
+    });
   p.psw = static_cast<DType>(psw);
 }
 
@@ -128,13 +162,19 @@ void check_mapping(EmbagCallPlan& p) {
   const shapejit_embedding_bag_ex_args& e = p.args;
   if (!e.compressed_indices_mapping) {
     if (e.mapping_len != 0)
-      invalid("compressed_indices_mapping is null but mapping_len is " + to_string(e.mapping_len) +
-              " (pass mapping_len 0 for a table that is not pruned)");
+      invalid_with([&] {
+        return "compressed_indices_mapping is null but mapping_len is " + to_string(e.mapping_len) +
+               " (pass mapping_len 0 for a table that is not pruned)";
+      });
     return;
   }
   if (!ref::is_quantized_table(int64_t(p.table)))
-    invalid(std::string("compressed_indices_mapping (pruning) is only supported for quantized tables (q8, q4, q2), "
-                        "but the table is ") + dtype_name(int64_t(p.table)));
+    invalid_with([&] {
+      return std::string(
+                 "compressed_indices_mapping (pruning) is only supported for quantized tables (q8, q4, q2), "
+                 "but the table is ") +
+             dtype_name(int64_t(p.table));
+    });
   check_non_negative("mapping_len", e.mapping_len);
   check_bytes("compressed_indices_mapping", e.mapping_len, 1, 4);
   p.pruned = true;
@@ -153,65 +193,112 @@ void check_options(EmbagCallPlan& p) {
   const shapejit_embedding_bag_args& a = p.args.call;
   const int64_t space = index_space(p);
   if (a.has_padding_idx && (a.padding_idx < -space || a.padding_idx >= space))
-    invalid("padding_idx must be within the number of embeddings" +
-            (p.pruned ? " (the mapping's " + to_string(space) + " entries for a pruned table)" : std::string()) +
-            ", -" + to_string(space) + " through " + to_string(space - 1) + ", but got " + to_string(a.padding_idx));
+    invalid_with([&] {
+      return "padding_idx must be within the number of embeddings" +
+             (p.pruned ? " (the mapping's " + to_string(space) + " entries for a pruned table)" : std::string()) +
+             ", -" + to_string(space) + " through " + to_string(space - 1) + ", but got " + to_string(a.padding_idx);
+    });
   if (a.per_sample_weights && a.mode != SHAPEJIT_SUM)
-    invalid(std::string("per_sample_weights is only supported for mode='sum', but got mode='") +
-            (a.mode == SHAPEJIT_MEAN ? "mean" : "max") + "'");
+    invalid_with([&] {
+      return std::string("per_sample_weights is only supported for mode='sum', but got mode='") +
+             (a.mode == SHAPEJIT_MEAN ? "mean" : "max") + "'";
+    });
   p.padding = a.has_padding_idx != 0;
   p.padding_index = p.padding ? (a.padding_idx < 0 ? a.padding_idx + space : a.padding_idx) : -1;
 }
 
-// The largest index read as unsigned (vectorised, SHAPEJIT_VECTOR_CLONES in validate_detail.hpp),
-// so a negative index counts as huge and one compare against the index space checks both bounds.
-
-// Four vectors' worth of independent running maxima: one chain of vpmaxuq is latency bound
-// (~500 ns for 8192 int64 indices on Zen 5), four keep the loads busy (~280 ns, L2 speed).
+// An index is valid iff 0 <= idx < limit, i.e. iff both idx and limit - 1 - idx are >= 0: the
+// OR of the two has its sign bit clear. Over all indices that is one subtract and two ORs per
+// index in any vector ISA (AVX2 has no unsigned 64-bit max, which the earlier max-as-unsigned
+// scan needed: compare and blend). Computed as unsigned, so that limit - 1 - idx wraps instead
+// of overflowing for a negative idx (whose own sign bit is set). `last` is limit - 1.
 template <class U, class T>
-inline __attribute__((always_inline)) U max_unsigned_body(const T* idx, int64_t n) {
-  constexpr int64_t kLanes = 4 * 64 / int64_t(sizeof(U));
-  U lane_max[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t k = 0; k < kLanes; ++k) lane_max[k] = std::max(lane_max[k], static_cast<U>(idx[i + k]));
-  U hi = 0;
-  for (; i < n; ++i) hi = std::max(hi, static_cast<U>(idx[i]));
-  for (int64_t k = 0; k < kLanes; ++k) hi = std::max(hi, lane_max[k]);
-  return hi;
+inline __attribute__((always_inline)) U index_sign_bits(T idx, U last) {
+  return static_cast<U>(idx) | (last - static_cast<U>(idx));
 }
-SHAPEJIT_VECTOR_CLONES uint64_t max_unsigned(const int64_t* idx, int64_t n) {
-  return max_unsigned_body<uint64_t>(idx, n);
+template <class U>
+inline bool sign_clear(U bits) {
+  return (bits >> (8 * sizeof(U) - 1)) == 0;
 }
-// A negative int32 reads as >= 2^31 (an int64 one as >= 2^63).
-SHAPEJIT_VECTOR_CLONES uint64_t max_unsigned(const int32_t* idx, int64_t n) {
-  return max_unsigned_body<uint32_t>(idx, n);
+
+// One OR chain: OR's one-cycle latency keeps up with the loads, and the compiler vectorises the
+// reduction itself (per-lane accumulators in an array, as a max needed, were kept in memory and
+// zeroed with `rep stos` on every call).
+template <class U, class T>
+inline __attribute__((always_inline)) bool indices_in_range_body(const T* idx, int64_t n, U limit) {
+  const U last = limit - 1;  // wraps to all ones for limit 0: every index fails
+  U any = 0;
+  for (int64_t i = 0; i < n; ++i) any |= index_sign_bits(idx[i], last);
+  return sign_clear(any);
 }
+
+// A few indices (the fixed cost of a call): a scalar loop, whose early exit also keeps the
+// compiler from vectorising it (vector code there only made the call's path longer: +15 ns a
+// call measured through the C ABI, 1 index).
+template <class U, class T>
+inline bool few_indices_in_range(const T* idx, int64_t n, U limit) {
+  const U last = limit - 1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!sign_clear(index_sign_bits(idx[i], last))) return false;
+  return true;
+}
+// limit <= 2^63 (int64) and <= 2^31 (int32), so limit - 1 is a non-negative T but for limit 0.
+SHAPEJIT_VECTOR_CLONES bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
+  return indices_in_range_body<uint64_t>(idx, n, limit);
+}
+SHAPEJIT_VECTOR_CLONES bool indices_in_range(const int32_t* idx, int64_t n, uint64_t limit) {
+  return indices_in_range_body<uint32_t>(idx, n, static_cast<uint32_t>(limit));
+}
+
+// Only the error path: names the first index out of range (one is).
+template <class T>
+[[noreturn, gnu::cold, gnu::noinline]] void report_first_bad_index(const EmbagCallPlan& p, const T* idx, int64_t n);
+// Every mapping entry an index of a pruned table reads.
+template <class T>
+[[gnu::noinline]] void check_mapping_entries(const EmbagCallPlan& p, const T* idx, int64_t n);
+
+// Calls of a few indices (the fixed cost of a call) skip the vector clone's set-up.
+constexpr int64_t kInlineIndexCheck = 16;
 
 template <class T>
 void check_indices_typed(const EmbagCallPlan& p, const T* idx) {
   // Read as lengths (torch's quantized ops), positions past the last bag are never read, and
   // torch accepts any value there; as spans every position is read (offset2bag, counts).
   const int64_t n = p.args.offsets_as_lengths ? p.covered_end : p.num_indices, space = index_space(p);
-  // No valid index of type T reaches 2^(bits - 1), where the negative ones start when read as
-  // unsigned; so the bound is capped there. Without the cap a table of more than 2^32 rows let
-  // int32 index -1 (0xFFFFFFFF) through, and the kernel read before the table (found by fuzz/).
+  // No valid index of type T reaches 2^(bits - 1): the bound is capped there, so that limit - 1
+  // is a non-negative T. (Without the cap a table of more than 2^32 rows let int32 index -1
+  // through, and the kernel read before the table: found by fuzz/.)
   const uint64_t limit =
       std::min(static_cast<uint64_t>(space), static_cast<uint64_t>(std::numeric_limits<T>::max()) + 1);
-  if (n > 0 && max_unsigned(idx, n) >= limit) {
-    for (int64_t i = 0; i < n; ++i)  // only on the error path: locate the first bad position
-      if (idx[i] < 0 || int64_t(idx[i]) >= space)
-        invalid("indices[" + to_string(i) + "] = " + to_string(int64_t(idx[i])) + " is out of range for " +
-                index_space_text(p) + " (valid: 0 <= index < " + to_string(space) + ")");
-  }
-  if (!p.pruned) return;
+  using U = std::make_unsigned_t<T>;
+  const bool ok = n <= kInlineIndexCheck ? few_indices_in_range<U>(idx, n, static_cast<U>(limit))
+                                         : indices_in_range(idx, n, limit);
+  if (!ok) [[unlikely]]
+    report_first_bad_index(p, idx, n);
+  if (p.pruned) check_mapping_entries(p, idx, n);
+}
+
+template <class T>
+[[noreturn, gnu::cold, gnu::noinline]] void report_first_bad_index(const EmbagCallPlan& p, const T* idx, int64_t n) {
+  const int64_t space = index_space(p);
+  for (int64_t i = 0; i < n; ++i)
+    if (idx[i] < 0 || int64_t(idx[i]) >= space)
+      invalid("indices[" + to_string(i) + "] = " + to_string(int64_t(idx[i])) + " is out of range for " +
+              index_space_text(p) + " (valid: 0 <= index < " + to_string(space) + ")");
+  throw Error(Status::kInternalError, "embedding_bag: indices rejected but no index out of range found");
+}
+
+template <class T>
+[[gnu::noinline]] void check_mapping_entries(const EmbagCallPlan& p, const T* idx, int64_t n) {
   // Every mapping entry an index reads is -1 (pruned) or a row: the kernels read that row.
   for (int64_t i = 0; i < n; ++i) {
     const int64_t row = p.mapping[idx[i]];
     if (row < -1 || row >= p.num_rows)
-      invalid("compressed_indices_mapping[" + to_string(int64_t(idx[i])) + "] = " + to_string(row) +
-              " (read by indices[" + to_string(i) + "]) is out of range for a table of " + to_string(p.num_rows) +
-              " rows (valid: -1 to skip the position, or 0 <= row < " + to_string(p.num_rows) + ")");
+      invalid_with([&] {
+        return "compressed_indices_mapping[" + to_string(int64_t(idx[i])) + "] = " + to_string(row) +
+               " (read by indices[" + to_string(i) + "]) is out of range for a table of " + to_string(p.num_rows) +
+               " rows (valid: -1 to skip the position, or 0 <= row < " + to_string(p.num_rows) + ")";
+      });
   }
 }
 
@@ -223,9 +310,11 @@ void check_indices(const EmbagCallPlan& p) {
 
 // ATen's output shapes, derived here from the plan on their own (the reference derives them
 // from the call in ref::embedding_bag_shapes; a test compares the two).
-shapejit_embedding_bag_shapes plan_shapes(const EmbagCallPlan& p) {
+// Written into the plan field by field: a struct built on the stack and copied in whole would
+// be read back before its last stores retire (a store-forwarding stall per field pair).
+void set_plan_shapes(EmbagCallPlan& p) {
+  shapejit_embedding_bag_shapes& s = p.shapes;
   const int64_t len = p.args.call.num_offsets;
-  shapejit_embedding_bag_shapes s{};
   s.output_rows = p.num_bags;
   s.output_cols = p.dim;
   s.index_out_dtype = static_cast<shapejit_dtype>(p.index_out);
@@ -234,7 +323,6 @@ shapejit_embedding_bag_shapes plan_shapes(const EmbagCallPlan& p) {
   s.bag_size_len = sum ? len : p.num_bags;                     // sum: zeros shaped like offsets
   s.max_indices_rows = p.mode == Mode::kMax ? p.num_bags : s.bag_size_len;
   s.max_indices_cols = p.mode == Mode::kMax ? p.dim : 1;
-  return s;
 }
 
 }  // namespace
@@ -264,23 +352,37 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
   return e;
 }
 
-EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args) {
-  using namespace validate_detail;
-  EmbagCallPlan p;
-  p.args = args;
+namespace validate_detail {
+namespace {
+
+void validate_into(EmbagCallPlan& p) {
   check_sizes(p);
   check_output_and_weight_dtypes(p);
   check_mapping(p);
-  check_input_alignment(p);  // before the offsets, indices and mapping are read below
+  check_input_buffers(p);  // before the offsets, indices and mapping are read below
   check_options(p);
   check_offsets(p);
   check_indices(p);
-  p.shapes = plan_shapes(p);
+  set_plan_shapes(p);
+}
+
+}  // namespace
+}  // namespace validate_detail
+
+EmbagCallPlan::EmbagCallPlan(const shapejit_embedding_bag_args& call) : args(ref::embedding_bag_ex_defaults(call)) {}
+
+EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args) {
+  EmbagCallPlan p(args);
+  validate_detail::validate_into(p);
   return p;
 }
 
 EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args) {
-  return plan_embedding_bag(ref::embedding_bag_ex_defaults(args));
+  // The defaults are written straight into the plan: copying a just-built struct in 16-byte
+  // pieces over its 4-byte dtype stores would stall on store forwarding.
+  EmbagCallPlan p(args);
+  validate_detail::validate_into(p);
+  return p;
 }
 
 shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& args) {

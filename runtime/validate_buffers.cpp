@@ -3,8 +3,9 @@
 // and weight dtype is measured in its own element size (quantized rows in bytes).
 #include <array>
 #include <string>
+#include <tuple>
 
-#include "ref/table_rows.hpp"
+#include "jit/embag_kernel.hpp"
 #include "runtime/byte_ranges.hpp"
 #include "runtime/validate.hpp"
 #include "runtime/validate_detail.hpp"
@@ -27,15 +28,15 @@ constexpr const char* kBufferNames[kNumBuffers] = {"weight",   "indices",    "of
 
 // A buffer as the buffer rules see it: where it starts, the bytes the call may touch (0 when
 // it touches none: a zero-length buffer may be NULL, anywhere, and overlaps nothing), the
-// alignment its address needs and the name of its elements.
+// alignment its address needs and the dtype its elements are named by in messages.
 struct Buffer {
   const void* data;
   int64_t bytes;
   int64_t alignment;
-  const char* element;
-  ByteRange range;
+  DType element;
 };
-using CallBuffers = std::array<Buffer, kNumBuffers>;
+constexpr int kNumInputs = kOutput, kNumOutputs = kNumBuffers - kOutput;
+static_assert(kNumInputs == std::tuple_size_v<decltype(EmbagCallPlan::input_ranges)>);
 
 int64_t element_bytes(DType t) {
   switch (t) {
@@ -49,80 +50,98 @@ int64_t element_bytes(DType t) {
 }
 
 Buffer make_buffer(const void* data, int64_t elements, DType dtype) {
-  const int64_t bytes = elements * element_bytes(dtype);
-  return {data, bytes, element_bytes(dtype), dtype_name(int64_t(dtype)), byte_range(data, bytes)};
+  return {data, elements * element_bytes(dtype), element_bytes(dtype), dtype};
 }
 
 // For a plan whose sizes passed validation (so every byte count fits in int64). The table
 // counts from its first row to the end of its last, the gaps between rows included: an output
 // placed among the rows is rejected, which no real caller needs. With no column, nothing of
 // the table is read (not even a quantized row's scale).
-void set_inputs(CallBuffers& c, const EmbagCallPlan& p) {
+std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
   const shapejit_embedding_bag_args& a = p.args.call;
   const int64_t table = p.num_rows > 0 && p.dim > 0 ? (p.num_rows - 1) * p.row_stride_bytes + p.row_bytes : 0;
-  c[kWeight] = make_buffer(a.weight, table, DType::kQ8);  // counted in bytes ...
-  c[kWeight].alignment = ref::is_quantized_table(a.weight_dtype) ? 1 : element_bytes(p.table);  // ... aligned to its elements
-  c[kWeight].element = dtype_name(a.weight_dtype);
-  c[kIndices] = make_buffer(a.indices, a.num_indices, p.index);
-  c[kOffsets] = make_buffer(a.offsets, a.num_offsets, p.offset);
-  c[kPerSampleWeights] = make_buffer(a.per_sample_weights, p.weighted ? a.num_indices : 0, p.psw);
-  c[kMapping] = make_buffer(p.mapping, p.pruned ? p.mapping_len : 0, DType::kI32);
+  std::array<Buffer, kNumInputs> in;
+  in[kWeight] = make_buffer(a.weight, table, DType::kQ8);  // counted in bytes ...
+  in[kWeight].alignment = jit::is_quantized_table(p.table) ? 1 : element_bytes(p.table);  // ... aligned to its elements
+  in[kWeight].element = p.table;
+  in[kIndices] = make_buffer(a.indices, a.num_indices, p.index);
+  in[kOffsets] = make_buffer(a.offsets, a.num_offsets, p.offset);
+  in[kPerSampleWeights] = make_buffer(a.per_sample_weights, p.weighted ? a.num_indices : 0, p.psw);
+  in[kMapping] = make_buffer(p.mapping, p.pruned ? p.mapping_len : 0, DType::kI32);
+  return in;
 }
 
-void set_outputs(CallBuffers& c, const EmbagCallPlan& p, const void* output, const void* offset2bag,
-                 const void* bag_size, const void* max_indices) {
+std::array<Buffer, kNumOutputs> output_buffers(const EmbagCallPlan& p, const void* output, const void* offset2bag,
+                                               const void* bag_size, const void* max_indices) {
   const shapejit_embedding_bag_shapes& s = p.shapes;
-  c[kOutput] = make_buffer(output, s.output_rows * s.output_cols, p.out);
-  c[kOffset2bag] = make_buffer(offset2bag, s.offset2bag_len, p.index_out);
-  c[kBagSize] = make_buffer(bag_size, s.bag_size_len, p.index_out);
-  c[kMaxIndices] = make_buffer(max_indices, s.max_indices_rows * s.max_indices_cols, p.index_out);
+  return {make_buffer(output, s.output_rows * s.output_cols, p.out),
+          make_buffer(offset2bag, s.offset2bag_len, p.index_out),
+          make_buffer(bag_size, s.bag_size_len, p.index_out),
+          make_buffer(max_indices, s.max_indices_rows * s.max_indices_cols, p.index_out)};
 }
 
 // Every buffer the call touches is aligned to its element size: the reference and the runtime
 // load and store them as typed elements, which a misaligned address makes undefined behaviour.
-void check_alignment(const CallBuffers& c, int first, int end) {
-  for (int id = first; id < end; ++id) {
-    const Buffer& b = c[size_t(id)];
-    if (b.bytes != 0 && !is_aligned(b.data, b.alignment))
-      invalid(misaligned_message(kBufferNames[id], b.data, b.alignment, b.element));
+// `first` is the id of buffers[0].
+void check_alignment(const Buffer* buffers, int first, int count) {
+  for (int k = 0; k < count; ++k) {
+    const Buffer& b = buffers[k];
+    if (b.bytes != 0 && !is_aligned(b.data, b.alignment)) [[unlikely]]
+      invalid_with([&] {
+        return misaligned_message(kBufferNames[first + k], b.data, b.alignment, dtype_name(int64_t(b.element)));
+      });
   }
 }
 
-// Does output `o` share a byte with buffer `other` (an input, or an output before it)?
-bool overlap(const CallBuffers& c, int o, int other) {
-  return byte_ranges_overlap(c[size_t(o)].range, c[size_t(other)].range);
-}
-
-[[noreturn, gnu::cold, gnu::noinline]] void report_first_overlap(const CallBuffers& c) {
+[[noreturn, gnu::cold, gnu::noinline]] void report_first_overlap(const EmbagCallPlan& p, const void* output,
+                                                                  const void* offset2bag, const void* bag_size,
+                                                                  const void* max_indices) {
+  const std::array<Buffer, kNumInputs> inputs = input_buffers(p);
+  const std::array<Buffer, kNumOutputs> outputs = output_buffers(p, output, offset2bag, bag_size, max_indices);
+  auto buffer = [&](int id) -> const Buffer& {
+    return id < kOutput ? inputs[size_t(id)] : outputs[size_t(id - kOutput)];
+  };
+  auto range = [&](int id) { return byte_range(buffer(id).data, buffer(id).bytes); };
   for (int o = kOutput; o < kNumBuffers; ++o)
     for (int other = 0; other < o; ++other)
-      if (overlap(c, o, other))
-        invalid(describe_buffer(kBufferNames[o], c[size_t(o)].data, c[size_t(o)].bytes) + " overlaps " +
-                describe_buffer(kBufferNames[other], c[size_t(other)].data, c[size_t(other)].bytes) +
+      if (byte_ranges_overlap(range(o), range(other)))
+        invalid(describe_buffer(kBufferNames[o], buffer(o).data, buffer(o).bytes) + " overlaps " +
+                describe_buffer(kBufferNames[other], buffer(other).data, buffer(other).bytes) +
                 (other < kOutput ? " (an output must not overlap an input)"
                                  : " (outputs must not overlap each other)"));
   throw Error(Status::kInternalError, "embedding_bag: an overlap was found but no overlapping pair");
 }
 
+// The range the overlap test compares: a buffer the call does not touch becomes the inverted
+// range [2^64 - 1, 0), which no test below finds overlapping (its begin is never below another
+// end, nor its end above another begin), so no pair needs an emptiness test of its own.
+ByteRange overlap_range(const void* data, int64_t bytes) {
+  return bytes == 0 ? ByteRange{UINTPTR_MAX, 0} : byte_range(data, bytes);
+}
+
 // Outputs are written while inputs are still being read (a bag's results are stored before the
 // next bag's offsets and indices are loaded), so a shared byte corrupts the results or, once an
 // index is overwritten, sends the reads outside the table. Every output is tested against every
-// input and every earlier output; only a call with an overlap walks them again, in argument
-// order, to name the first.
-void check_no_overlap(const CallBuffers& c) {
+// input and every earlier output: up to 26 branch-free pair tests on values held in registers. Only a
+// call with an overlap walks them again, in argument order, to name the first.
+bool any_overlap(const std::array<ByteRange, kNumInputs>& inputs, const std::array<ByteRange, kNumOutputs>& outputs) {
   bool any = false;
-  for (int o = kOutput; o < kNumBuffers; ++o)
-    for (int other = 0; other < o; ++other) any |= overlap(c, o, other);
-  if (any) [[unlikely]]
-    report_first_overlap(c);
+  for (int o = 0; o < kNumOutputs; ++o) {
+    const ByteRange a = outputs[size_t(o)];
+    if (a.end == 0) continue;  // untouched (inverted): overlaps nothing, a well-predicted skip
+    for (const ByteRange& b : inputs) any |= (a.begin < b.end) & (b.begin < a.end);
+    for (int k = 0; k < o; ++k) any |= (a.begin < outputs[size_t(k)].end) & (outputs[size_t(k)].begin < a.end);
+  }
+  return any;
 }
 
 }  // namespace
 
-void check_input_alignment(const EmbagCallPlan& plan) {
-  CallBuffers c;
-  set_inputs(c, plan);
-  check_alignment(c, 0, kOutput);
+void check_input_buffers(EmbagCallPlan& plan) {
+  const std::array<Buffer, kNumInputs> in = input_buffers(plan);
+  check_alignment(in.data(), 0, kNumInputs);
+  for (int id = 0; id < kNumInputs; ++id)
+    plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
 }
 
 }  // namespace validate_detail
@@ -130,17 +149,20 @@ void check_input_alignment(const EmbagCallPlan& plan) {
 void validate_embedding_bag_outputs(const EmbagCallPlan& plan, const void* output, const void* offset2bag,
                                     const void* bag_size, const void* max_indices) {
   using namespace validate_detail;
-  CallBuffers c;
-  set_inputs(c, plan);
-  set_outputs(c, plan, output, offset2bag, bag_size, max_indices);
-  for (int id = kOutput; id < kNumBuffers; ++id) {
-    const Buffer& b = c[size_t(id)];
-    if (!b.data && b.bytes != 0)
-      invalid(std::string(kBufferNames[id]) + " is null but must hold " + to_string(b.bytes / b.alignment) +
-              " elements");
+  const std::array<Buffer, kNumOutputs> out = output_buffers(plan, output, offset2bag, bag_size, max_indices);
+  for (int k = 0; k < kNumOutputs; ++k) {
+    const Buffer& b = out[size_t(k)];
+    if (!b.data && b.bytes != 0) [[unlikely]]
+      invalid_with([&] {
+        return std::string(kBufferNames[kOutput + k]) + " is null but must hold " + to_string(b.bytes / b.alignment) +
+               " elements";
+      });
   }
-  check_alignment(c, kOutput, kNumBuffers);
-  check_no_overlap(c);
+  check_alignment(out.data(), kOutput, kNumOutputs);
+  std::array<ByteRange, kNumOutputs> ranges;
+  for (int k = 0; k < kNumOutputs; ++k) ranges[size_t(k)] = overlap_range(out[size_t(k)].data, out[size_t(k)].bytes);
+  if (any_overlap(plan.input_ranges, ranges)) [[unlikely]]
+    report_first_overlap(plan, output, offset2bag, bag_size, max_indices);
 }
 
 }  // namespace shapejit::rt

@@ -19,6 +19,17 @@ namespace shapejit::rt::validate_detail {
   throw Error(Status::kUnsupported, "embedding_bag: " + message);
 }
 
+// A failing check's message is built in an out-of-line cold frame (the lambda's body is
+// instantiated there), so a passing check costs its compare, not a frame sized for strings.
+template <class MakeMessage>
+[[noreturn, gnu::cold, gnu::noinline]] void invalid_with(MakeMessage make) {
+  invalid(make());
+}
+template <class MakeMessage>
+[[noreturn, gnu::cold, gnu::noinline]] void unsupported_with(MakeMessage make) {
+  unsupported(make());
+}
+
 using rt::dtype_name;
 
 // The passes over offsets and indices run on every call before the kernel, so they are
@@ -39,7 +50,8 @@ void check_offsets(EmbagCallPlan& plan);
 /// The first offset value of a call's offsets (caller's dtype) at k.
 int64_t offset_at(const shapejit_embedding_bag_args& a, int64_t k);
 
-/// Alignment of the input buffers of a planned call (before its offsets and indices are read).
-void check_input_alignment(const EmbagCallPlan& plan);
+/// Alignment of the input buffers of a planned call (before its offsets and indices are read);
+/// records the bytes each spans in plan.input_ranges for the output checks.
+void check_input_buffers(EmbagCallPlan& plan);
 
 }  // namespace shapejit::rt::validate_detail

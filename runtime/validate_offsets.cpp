@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "ref/int_access.hpp"
 #include "runtime/validate_detail.hpp"
@@ -30,8 +31,15 @@ SHAPEJIT_VECTOR_CLONES bool non_decreasing(const int64_t* v, int64_t len) {
   return non_decreasing_body<uint64_t>(v, len);
 }
 
+// A few offsets (the fixed cost of a call) skip the vector clone's set-up.
+template <class T>
+inline bool sorted_offsets(const T* v, int64_t len) {
+  constexpr int64_t kInline = 16;
+  return len <= kInline ? non_decreasing_body<std::make_unsigned_t<T>>(v, len) : non_decreasing(v, len);
+}
+
 // Names the first offset that decreases or exceeds N (the caller knows one does).
-[[noreturn]] void report_bad_offset(const shapejit_embedding_bag_args& a) {
+[[noreturn, gnu::cold, gnu::noinline]] void report_bad_offset(const shapejit_embedding_bag_args& a) {
   const int64_t n = a.num_indices, len = a.num_offsets;
   int64_t prev = 0;
   for (int64_t k = 1; k < len; ++k) {
@@ -42,7 +50,8 @@ SHAPEJIT_VECTOR_CLONES bool non_decreasing(const int64_t* v, int64_t len) {
     if (v > n) {
       if (k == len - 1)
         invalid("offsets[-1] can not be greater than input's length " + to_string(n) + " but got " + to_string(v));
-      invalid("offsets[" + to_string(k) + "] = " + to_string(v) + " can not be greater than input's length " + to_string(n));
+      invalid("offsets[" + to_string(k) + "] = " + to_string(v) + " can not be greater than input's length " +
+              to_string(n));
     }
     prev = v;
   }
@@ -56,33 +65,48 @@ void check_span_offsets(EmbagCallPlan& p) {
   p.offsets = {a.offsets, p.offset, len};
   p.covered_end = n;
   if (a.include_last_offset && len < 1)
-    invalid("include_last_offset requires at least one offset, but offsets is empty");
+    invalid_with([&] { return "include_last_offset requires at least one offset, but offsets is empty"; });
   if (len == 0) {
-    if (n > 0) invalid("offsets is empty but indices has " + to_string(n) + " elements (they would belong to no bag)");
+    if (n > 0)
+      invalid_with([&] {
+        return "offsets is empty but indices has " + to_string(n) + " elements (they would belong to no bag)";
+      });
     return;
   }
   if (a.include_last_offset && len < 2 && n > 0)
-    invalid("include_last_offset with a single offset describes no bag, but indices has " + to_string(n) + " elements");
+    invalid_with([&] {
+      return "include_last_offset with a single offset describes no bag, but indices has " + to_string(n) + " elements";
+    });
   if (offset_at(a, 0) != 0)
-    invalid("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
-            "However, got " + to_string(offset_at(a, 0)));
+    invalid_with([&] {
+      return "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+             "However, got " +
+             to_string(offset_at(a, 0));
+    });
   // One vectorisable pass: non-decreasing with the last one within N puts every offset in [0, N].
   // Only a failing call walks them again to name the first culprit.
-  const bool sorted = a.offset_dtype == SHAPEJIT_I32 ? non_decreasing(static_cast<const int32_t*>(a.offsets), len)
-                                                     : non_decreasing(static_cast<const int64_t*>(a.offsets), len);
+  const bool sorted = a.offset_dtype == SHAPEJIT_I32 ? sorted_offsets(static_cast<const int32_t*>(a.offsets), len)
+                                                     : sorted_offsets(static_cast<const int64_t*>(a.offsets), len);
   const int64_t last = offset_at(a, len - 1);
   if (!sorted || last > n) report_bad_offset(a);
   if (!a.include_last_offset || last == n) return;
   if (!a.aten_partial_final_offset)
-    invalid("with include_last_offset, offsets[-1] must equal input's length " + to_string(n) + ", but got " +
-            to_string(last) + " (positions after it would belong to no bag; set aten_partial_final_offset "
-            "to reproduce ATen 1.13)");
+    invalid_with([&] {
+      return "with include_last_offset, offsets[-1] must equal input's length " + to_string(n) + ", but got " +
+             to_string(last) +
+             " (positions after it would belong to no bag; set aten_partial_final_offset "
+             "to reproduce ATen 1.13)";
+    });
   if (a.mode == SHAPEJIT_MAX)
-    invalid("aten_partial_final_offset (offsets[-1] = " + to_string(last) + " < input's length " + to_string(n) +
-            ") is only reproduced for mode sum and mean, but got mode='max'");
+    invalid_with([&] {
+      return "aten_partial_final_offset (offsets[-1] = " + to_string(last) + " < input's length " + to_string(n) +
+             ") is only reproduced for mode sum and mean, but got mode='max'";
+    });
   if (a.has_padding_idx)
-    invalid("aten_partial_final_offset (offsets[-1] = " + to_string(last) + " < input's length " + to_string(n) +
-            ") cannot be combined with padding_idx");
+    invalid_with([&] {
+      return "aten_partial_final_offset (offsets[-1] = " + to_string(last) + " < input's length " + to_string(n) +
+             ") cannot be combined with padding_idx";
+    });
   p.partial_final_offset = true;
   p.covered_end = last;
 }
@@ -94,13 +118,15 @@ void check_span_offsets(EmbagCallPlan& p) {
 void check_length_offsets(EmbagCallPlan& p) {
   const shapejit_embedding_bag_args& a = p.args.call;
   const int64_t n = a.num_indices, len = a.num_offsets, bags = p.num_bags;
-  if (len == 0)
-    invalid("offsets_as_lengths requires at least one offset, but offsets is empty");
+  if (len == 0) invalid_with([&] { return "offsets_as_lengths requires at least one offset, but offsets is empty"; });
   if (a.aten_partial_final_offset)
-    invalid("aten_partial_final_offset cannot be combined with offsets_as_lengths (lengths that stop before "
-            "input's length already leave the remaining positions out of every bag)");
+    invalid_with([&] {
+      return "aten_partial_final_offset cannot be combined with offsets_as_lengths (lengths that stop before "
+             "input's length already leave the remaining positions out of every bag)";
+    });
   const bool i32 = p.offset == DType::kI32;
-  if (i32) p.span_storage32.resize(size_t(bags) + 1);
+  if (i32)
+    p.span_storage32.resize(size_t(bags) + 1);
   else p.span_storage64.resize(size_t(bags) + 1);
   int64_t consumed = 0;
   for (int64_t b = 0; b <= bags; ++b) {
@@ -113,29 +139,37 @@ void check_length_offsets(EmbagCallPlan& p) {
     // The unsigned difference is exact even when next - start overflows int64.
     const uint64_t length = static_cast<uint64_t>(next) - static_cast<uint64_t>(start);
     if (length > static_cast<uint64_t>(n - consumed))
-      invalid("offsets_as_lengths: bag " + to_string(b) + " takes " +
-              (b + 1 < len ? "offsets[" + to_string(b + 1) + "] - offsets[" + to_string(b) + "] = " + to_string(next) +
-                                 " - " + to_string(start)
-                           : "input's length - offsets[" + to_string(b) + "] = " + to_string(n) + " - " +
-                                 to_string(start)) +
-              " positions after the " + to_string(consumed) + " taken by earlier bags, but indices has only " +
-              to_string(n) + " (the lengths must fit in input's length)");
+      invalid_with([&] {
+        return "offsets_as_lengths: bag " + to_string(b) + " takes " +
+               (b + 1 < len
+                    ? "offsets[" + to_string(b + 1) + "] - offsets[" + to_string(b) + "] = " + to_string(next) + " - " +
+                          to_string(start)
+                    : "input's length - offsets[" + to_string(b) + "] = " + to_string(n) + " - " + to_string(start)) +
+               " positions after the " + to_string(consumed) + " taken by earlier bags, but indices has only " +
+               to_string(n) + " (the lengths must fit in input's length)";
+      });
     consumed += static_cast<int64_t>(length);
     if (i32 && consumed > std::numeric_limits<int32_t>::max())
-      unsupported("offsets_as_lengths with int32 offsets: the bags take " + to_string(consumed) +
-                  " positions, more than int32 offsets can address (pass int64 offsets)");
+      unsupported_with([&] {
+        return "offsets_as_lengths with int32 offsets: the bags take " + to_string(consumed) +
+               " positions, more than int32 offsets can address (pass int64 offsets)";
+      });
   }
-  p.offsets = {i32 ? static_cast<const void*>(p.span_storage32.data()) : static_cast<const void*>(p.span_storage64.data()),
-               p.offset, bags + 1};
+  p.offsets = {
+      i32 ? static_cast<const void*>(p.span_storage32.data()) : static_cast<const void*>(p.span_storage64.data()),
+      p.offset, bags + 1};
   p.covered_end = consumed;
 }
 
 }  // namespace
 
-int64_t offset_at(const shapejit_embedding_bag_args& a, int64_t k) { return ref::load_int(a.offsets, a.offset_dtype, k); }
+int64_t offset_at(const shapejit_embedding_bag_args& a, int64_t k) {
+  return ref::load_int(a.offsets, a.offset_dtype, k);
+}
 
 void check_offsets(EmbagCallPlan& plan) {
-  if (plan.args.offsets_as_lengths) check_length_offsets(plan);
+  if (plan.args.offsets_as_lengths)
+    check_length_offsets(plan);
   else check_span_offsets(plan);
 }
 

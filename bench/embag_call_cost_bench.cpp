@@ -1,0 +1,184 @@
+// The fixed cost of one embedding-bag call and where it goes, in one run.
+//
+// Names: embag_call/<stage>/<bags>x<len>/D<dim>  (f32 table of 4096 rows, int64 indices and
+// offsets, mode sum, one thread; the inputs and outputs stay the same for every call). Problems:
+// 1x1 D128 (FBGEMM's fixed-cost figure), 8x4 D128 (a small call) and 256x32 D32 (the seed's
+// shape at the width where validation's pass over the 8192 indices weighs most).
+//   capi     shapejit_embedding_bag: the whole C ABI call
+//   plan     rt::plan_embedding_bag of the call (the input rules: dtypes, sizes, alignment,
+//            offsets, every index) from the plain args
+//   outputs  rt::validate_embedding_bag_outputs of that plan (null, alignment, overlap)
+//   key      rt::make_embag_key of the plan on the selected ISA (the key alone)
+//   lookup   rt::embag_kernel_for the plan on that ISA: the API's key and lookup together (the
+//            thread's last kernel in front of the process cache)
+//   kernel   the cached kernel itself, called with prepared EmbagKernelArgs: the floor (what
+//            FBGEMM's 0.07 us figure for 1x1 D=128 measures), and the column `vs_kernel`
+//            (this row's time / the kernel row's) of every other row of the same problem
+// The stage rows do not add up to capi exactly: capi also has the C ABI wrapper, the ex
+// defaults, the bag schedule, the sum-mode count zeroing and the calls' own cache effects.
+//
+// Timing: each iteration times a batch of kBatch calls; a row's time is the fastest batch /
+// kBatch (counter min_call_seconds, bench_main.cpp), which a clock read (~20 ns) cannot skew.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_rows.hpp"
+#include "embag_timing.hpp"
+#include "runtime/embag_kernel_call.hpp"
+#include "runtime/isa_select.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/validate.hpp"
+#include "shapejit/shapejit.h"
+
+namespace shapejit::bench {
+namespace {
+
+constexpr const char* kPrefix = "embag_call/";
+constexpr int kBatch = 200;
+constexpr int64_t kRows = 4096;
+
+struct Problem {
+  int64_t bags, len, dim;
+  std::string name() const {
+    return std::to_string(bags) + "x" + std::to_string(len) + "/D" + std::to_string(dim);
+  }
+};
+
+// Inputs and outputs of one problem, built once.
+struct CallData {
+  std::vector<float> table, output;
+  std::vector<int64_t> indices, offsets, bag_size, max_indices;
+  shapejit_embedding_bag_args args{};
+
+  explicit CallData(const Problem& p)
+      : table(size_t(kRows * p.dim)),
+        output(size_t(p.bags * p.dim)),
+        indices(size_t(p.bags * p.len)),
+        offsets(size_t(p.bags)),
+        bag_size(size_t(p.bags)),
+        max_indices(size_t(p.bags)) {
+    std::mt19937_64 rng(13);
+    for (float& v : table) v = float(rng() % 64) - 32.0f;
+    for (int64_t& i : indices) i = int64_t(rng() % uint64_t(kRows));
+    for (int64_t b = 0; b < p.bags; ++b) offsets[size_t(b)] = b * p.len;
+    args.weight = table.data();
+    args.weight_dtype = SHAPEJIT_F32;
+    args.num_rows = kRows;
+    args.dim = p.dim;
+    args.row_stride = p.dim;
+    args.indices = indices.data();
+    args.index_dtype = SHAPEJIT_I64;
+    args.num_indices = int64_t(indices.size());
+    args.offsets = offsets.data();
+    args.offset_dtype = SHAPEJIT_I64;
+    args.num_offsets = int64_t(offsets.size());
+    args.mode = SHAPEJIT_SUM;
+  }
+  // Sum mode without padding: no offset2bag; bag_size and max_indices hold B zeros.
+  void call_capi() {
+    if (shapejit_embedding_bag(&args, output.data(), nullptr, bag_size.data(), max_indices.data()) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_embedding_bag: ") + shapejit_last_error());
+  }
+};
+
+// Times batches of `call`; the row's time is the fastest batch per call.
+void time_batches(benchmark::State& state, const std::function<void()>& call) {
+  for (int i = 0; i < 1000; ++i) call();  // warm: caches, the kernel, the thread's last key
+  double fastest = std::numeric_limits<double>::infinity();
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBatch; ++i) call();
+    benchmark::ClobberMemory();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    fastest = std::min(fastest, took.count() / kBatch);
+  }
+  state.counters["min_call_seconds"] = fastest;
+}
+
+// The body of one stage on a prepared problem.
+std::function<void()> stage_body(const std::string& stage, CallData& d) {
+  if (stage == "capi") return [&d] { d.call_capi(); };
+  // The remaining stages start from the state a capi call leaves (its kernel compiled).
+  d.call_capi();
+  auto plan = std::make_shared<rt::EmbagCallPlan>(rt::plan_embedding_bag(d.args));
+  if (stage == "plan")
+    return [&d] {
+      const rt::EmbagCallPlan p = rt::plan_embedding_bag(d.args);
+      benchmark::DoNotOptimize(&p);
+    };
+  if (stage == "outputs")
+    return [&d, plan] {
+      rt::validate_embedding_bag_outputs(*plan, d.output.data(), nullptr, d.bag_size.data(), d.max_indices.data());
+    };
+  const jit::Isa isa = rt::selected_isa();
+  if (stage == "key")
+    return [plan, isa] {
+      const jit::EmbagKey key = rt::make_embag_key(*plan, isa);
+      benchmark::DoNotOptimize(&key);
+    };
+  if (stage == "lookup")
+    return [plan, isa] {
+      const rt::EmbagKernelHandle h = rt::embag_kernel_for(*plan, isa);
+      benchmark::DoNotOptimize(&h);
+    };
+  if (stage == "kernel") {
+    const rt::EmbagKernelHandle h = rt::embag_kernel_for(*plan, isa);
+    const jit::EmbagKernelArgs a =
+        rt::make_embag_kernel_args(*plan, d.output.data(), nullptr, d.bag_size.data(), d.max_indices.data());
+    return [fn = h.fn(), a, plan] {
+      fn(&a);
+      benchmark::ClobberMemory();
+    };
+  }
+  throw std::logic_error("unknown stage " + stage);
+}
+
+void run_row(benchmark::State& state, const std::string& stage, const Problem& p) {
+  try {
+    if (shapejit_set_num_threads(1) != SHAPEJIT_OK) throw std::runtime_error(shapejit_last_error());
+    CallData d(p);
+    time_batches(state, stage_body(stage, d));
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// vs_kernel: each row's time over the kernel row of its problem.
+void finish(std::vector<BenchRow*>& rows) {
+  std::map<std::string, double> kernel;  // problem -> seconds
+  auto problem_of = [](const std::string& name) { return name.substr(name.find('/', std::strlen(kPrefix)) + 1); };
+  for (const BenchRow* r : rows)
+    if (!r->error && r->name.rfind(std::string(kPrefix) + "kernel/", 0) == 0) kernel[problem_of(r->name)] = r->seconds;
+  for (BenchRow* r : rows) {
+    const auto it = kernel.find(problem_of(r->name));
+    r->set("ns", r->error ? std::nullopt : std::optional<double>(r->seconds * 1e9));
+    r->set("vs_kernel", it == kernel.end() || r->error || it->second <= 0
+                            ? std::nullopt
+                            : std::optional<double>(r->seconds / it->second));
+  }
+}
+
+bool register_all() {
+  for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}})
+    for (const char* stage : {"capi", "plan", "outputs", "key", "lookup", "kernel"})
+      register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
+                               [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });
+  return register_row_family({kPrefix, finish, {}});
+}
+
+[[maybe_unused]] const bool kRegistered = register_all();
+
+}  // namespace
+}  // namespace shapejit::bench
