@@ -130,21 +130,30 @@ void EmbagSkeleton::emit_bag_body(const std::vector<EmbagBlock>& blocks) {
   for (size_t b = 0; b < blocks.size(); ++b) emit_block_at(blocks[b], b == 0);
 }
 
-// kEnd = offsets[bag + 1] when bag + 1 < num_offsets, else num_indices. In the unclamped copy,
-// a bag whose last prefetch would read past the last index moves to the clamped copy.
-void EmbagSkeleton::emit_bag_bounds() {
+// dst = the end of bag kBag + ahead - 1: offsets[kBag + ahead] when that offset exists, else
+// num_indices (the last bag). Clobbers kRow.
+void EmbagSkeleton::emit_bag_end(G dst, int64_t ahead) {
   Label last = e_->newLabel(), have_end = e_->newLabel();
-  gp_add(G::kRow, G::kBag, 1);
+  gp_add(G::kRow, G::kBag, ahead);
   branch(EmbagCond::kGe, G::kRow, SJ_EMBAG_FIELD(num_offsets), last);
-  load_int(G::kEnd, SJ_EMBAG_FIELD(offsets), G::kRow, key_.offset);
+  load_int(dst, SJ_EMBAG_FIELD(offsets), G::kRow, key_.offset);
   jump(have_end);
   e_->bind(last);
-  load_arg(G::kEnd, offsetof(EmbagKernelArgs, num_indices));
+  load_arg(dst, offsetof(EmbagKernelArgs, num_indices));
   e_->bind(have_end);
-  if (clamped_loop_.isValid()) {
-    gp_add(G::kRow, G::kEnd, key_.prefetch - 1);
-    branch(EmbagCond::kGt, G::kRow, EmbagSrc::of(G::kLastPos), clamped_loop_);
-  }
+}
+
+// In the unclamped copy: the bags ending at `end` move to the clamped copy when the prefetch of
+// their last position would read past the last index. Clobbers kRow.
+void EmbagSkeleton::emit_clamp_check(G end) {
+  if (!clamped_loop_.isValid()) return;
+  gp_add(G::kRow, end, key_.prefetch - 1);
+  branch(EmbagCond::kGt, G::kRow, EmbagSrc::of(G::kLastPos), clamped_loop_);
+}
+
+void EmbagSkeleton::emit_bag_bounds() {
+  emit_bag_end(G::kEnd, 1);
+  emit_clamp_check(G::kEnd);
   if (counts_in_loop()) gp_zero(G::kCount);  // counted in the first block's row loop
 }
 
@@ -209,9 +218,12 @@ void EmbagSkeleton::emit_sum_rows(const EmbagBlock& blk, bool first_block) {
   branch(EmbagCond::kGe, G::kPos, EmbagSrc::of(G::kEnd), done);
   e_->align(AlignMode::kCode, 16);
   e_->bind(loop);
+  prefetch_late_ = prefetch_after_row_;
   emit_row_head(blk, first_block, next);
   emit_row_accumulate(blk);
   e_->bind(next);
+  emit_late_prefetch(blk);
+  prefetch_late_ = false;
   gp_add(G::kPos, G::kPos, 1);
   branch(EmbagCond::kLt, G::kPos, EmbagSrc::of(G::kEnd), loop);
   e_->bind(done);
@@ -252,23 +264,13 @@ void EmbagSkeleton::use_side(int64_t side) {
   side_ = side;
 }
 
-// Bags kBag and kBag + 1 (both in range, kRow = kBag + 1): kPos..kEnd and kPos2 = kEnd..kEnd2.
-// The unclamped copy hands the pair to the clamped one when the second bag's prefetches would
-// read past the last index (the first bag's end before it).
+// Bags kBag and kBag + 1 (both in range): kPos..kEnd and kPos2 = kEnd..kEnd2. The unclamped
+// copy hands the pair to the clamped one when the second bag's prefetches would read past the
+// last index (the first bag's end before it).
 void EmbagSkeleton::emit_pair_bounds() {
-  Label last = e_->newLabel(), have_end = e_->newLabel();
-  load_int(G::kEnd, SJ_EMBAG_FIELD(offsets), G::kRow, key_.offset);
-  gp_add(G::kRow, G::kBag, 2);
-  branch(EmbagCond::kGe, G::kRow, SJ_EMBAG_FIELD(num_offsets), last);
-  load_int(G::kEnd2, SJ_EMBAG_FIELD(offsets), G::kRow, key_.offset);
-  jump(have_end);
-  e_->bind(last);
-  load_arg(G::kEnd2, offsetof(EmbagKernelArgs, num_indices));
-  e_->bind(have_end);
-  if (clamped_loop_.isValid()) {
-    gp_add(G::kRow, G::kEnd2, key_.prefetch - 1);
-    branch(EmbagCond::kGt, G::kRow, EmbagSrc::of(G::kLastPos), clamped_loop_);
-  }
+  emit_bag_end(G::kEnd, 1);
+  emit_bag_end(G::kEnd2, 2);
+  emit_clamp_check(G::kEnd2);
   load_int(G::kPos, SJ_EMBAG_FIELD(offsets), G::kBag, key_.offset);
   gp_add(G::kPos2, G::kEnd, 0);
   // kPairEnd = kPos + min(L0, L1) = min(kEnd, kEnd2 - L0), with L0 = kEnd - kPos.
@@ -290,13 +292,16 @@ void EmbagSkeleton::emit_pair_body(const EmbagBlock& blk) {
   branch(EmbagCond::kGe, G::kPos, EmbagSrc::of(G::kPairEnd), joint_done);
   e_->align(AlignMode::kCode, 16);
   e_->bind(joint);
+  prefetch_late_ = prefetch_after_row_;
   for (int64_t side : {0, 1}) {
     use_side(side);
     Label next = e_->newLabel();  // no skips in pair keys (no padding, no pruning)
     emit_row_head(blk, true, next);
     emit_row_accumulate(blk);
     e_->bind(next);
+    emit_late_prefetch(blk);
   }
+  prefetch_late_ = false;
   use_side(0);
   gp_add(G::kPos, G::kPos, 1);
   gp_add(G::kPos2, G::kPos2, 1);
@@ -319,7 +324,7 @@ void EmbagSkeleton::emit_pair_body(const EmbagBlock& blk) {
 // kWeight and kOut are unshifted when it restarts the bag).
 void EmbagSkeleton::emit_row_head(const EmbagBlock& blk, bool first_block, const Label& skip) {
   if (first_block && writes_offset2bag()) store_offset2bag();
-  if (key_.prefetch > 0) emit_prefetch(blk);
+  if (key_.prefetch > 0 && !prefetch_late_) emit_prefetch(blk);
   load_int(G::kId, EmbagSrc::of(G::kIndices), G::kPos, key_.index);
   if (key_.padding) branch(EmbagCond::kEq, G::kId, EmbagSrc::of(G::kPad), skip);
   if (first_block && has_wide_path() && !wide_ids_) branch_if_wide_id(wide_bag_);
@@ -348,6 +353,12 @@ void EmbagSkeleton::emit_prefetch(const EmbagBlock& blk) {
   int64_t len = embag_col_bytes(key_.table, end) - embag_col_bytes(key_.table, first);
   if (end == key_.dim) len += embag_row_trailer_bytes(key_.table);
   prefetch_row(row_disp(first), len);
+}
+
+// The prefetch of a row loop that issues it after the row's loads (prefetch_after_row_): at the
+// loop's tail, which skipped positions reach too, so every position still prefetches.
+void EmbagSkeleton::emit_late_prefetch(const EmbagBlock& blk) {
+  if (key_.prefetch > 0 && prefetch_late_) emit_prefetch(blk);
 }
 
 // Step: the row's columns ---------------------------------------------------------------------

@@ -230,3 +230,38 @@ TEST_CASE("embag jit: sums add acc + x in that operand order (which NaN payload 
   }
 }
 
+
+// An f32 mean as wide as the registers keeps its divisor in the block's last accumulator, its
+// sum parked in the output row meanwhile (x86 mean_divisor): rows of whole blocks, and block
+// loops ending in a one-vector block (AVX2 D=520 and 1160, AVX-512 D=2064), where the parked
+// sum comes back through the block's unused slot.
+TEST_CASE("embag jit: mean with the divisor in an accumulator (rows as wide as the registers)") {
+  using namespace shapejit::test::embag_jit;
+  const uint64_t seed = shapejit::test::test_seed(0xd1f150);
+  asmjit::JitRuntime rt;
+  int64_t number = 0;
+  for (Isa isa : host_isas()) {
+    if (isa != Isa::kAvx2 && isa != Isa::kAvx512) continue;
+    const std::vector<int64_t> dims = isa == Isa::kAvx2 ? std::vector<int64_t>{128, 136, 256, 520, 1160}
+                                                        : std::vector<int64_t>{512, 1024, 2064};
+    for (int64_t dim : dims)
+      for (int prefetch : {0, 16})
+        for (int padding = 0; padding < 2; ++padding, ++number) {
+          JitProblem p;
+          p.key.isa = isa;
+          p.key.dim = dim;
+          p.key.mode = Mode::kMean;
+          p.key.padding = padding != 0;
+          p.key.prefetch = prefetch;
+          Rng rng(mix(seed ^ uint64_t(number)));
+          make_problem(p, rng);
+          const auto kernel = shapejit::jit::generate_embag_kernel(p.key, rt);
+          shapejit::test::note_direct_run(isa);
+          const std::string diff = run_and_compare(p, kernel.fn, std::nullopt);
+          rt.release(kernel.fn);
+          INFO("case " << number << ", seed " << seed << "\n" << p.describe());
+          CHECK_MESSAGE(diff.empty(), diff);
+        }
+  }
+  if (number == 0) MESSAGE("SKIPPED: the host runs no x86 ISA");
+}

@@ -79,6 +79,8 @@ class X86EmbagEmitter final : public EmbagSkeleton {
   void load_value(uint32_t dst, int64_t first_col, int64_t cols) override;
   void mean_divisor() override;
   void mean_finish(uint32_t acc) override;
+  uint32_t divisor_owner() const;         // borrow_divisor_: the accumulator holding the divisor
+  asmjit::x86::Mem parked_sum() const;    // ... and where its own sum waits meanwhile
   void store_output(uint32_t src, int64_t first_col, int64_t cols) override;
   /// Column groups (X86TableOps::group_vecs; not on the 64-bit id path): vector j of `blk`
   /// starts a group of the following group_vecs() vectors.
@@ -111,6 +113,7 @@ class X86EmbagEmitter final : public EmbagSkeleton {
   // Registers of the back end only.
   asmjit::x86::Gp args_, psw_, o2b_, mapping_;
   uint32_t bcast_ = 0;   // weight (f32 tables) / mean divisor / row id broadcast
+  bool borrow_divisor_ = false;  // f32 mean without bcast_: the divisor borrows an accumulator
   uint32_t xtmp_ = 0;    // loaded row vector (max; AVX2 tails); widened ids at store time
   uint32_t xtmp2_ = 0;   // AVX2 sum tails wider than 4: the upper part
   uint32_t vcmp_ = 0;    // AVX2 max compare result; spare at load and store time

@@ -99,6 +99,7 @@ void X86EmbagEmitter::accumulate(const EmbagBlock& blk) {
     }
     return;
   }
+  group_blk_ = blk;  // the store's borrowed mean divisor (mean_divisor)
   const x86::Vec w = vec(bcast_);
   for (int64_t j = 0; j < blk.num_vecs; ++j) {
     const int64_t v = blk.first_vec + j;
@@ -134,11 +135,14 @@ void X86EmbagEmitter::load_value(uint32_t dst, int64_t first_col, int64_t cols) 
 }
 
 // Mean: IEEE division by (float)max(count, 1), broadcast into bcast_ once per block (f16/bf16
-// tables round the count and the sum to the table dtype first: X86TableOps).
+// tables round the count and the sum to the table dtype first: X86TableOps). A borrowed divisor
+// (borrow_divisor_: f32, no tail, every register an accumulator) lives in the block's last
+// accumulator, whose sum is parked meanwhile in its own output columns (mean_finish).
 void X86EmbagEmitter::mean_divisor() {
   if (ops_) return ops_->mean_divisor(bcast_, gp(G::kCount), gp(G::kScratch));
   const x86::Gp s = gp(G::kScratch), count = gp(G::kCount);
-  const x86::Vec div = vec(bcast_);
+  const x86::Vec div = vec(borrow_divisor_ ? divisor_owner() : bcast_);
+  if (borrow_divisor_) a_.vmovups(parked_sum(), div);
   a_.mov(s.r32(), 1);
   a_.cmp(count, 1);
   a_.cmovg(s, count);
@@ -154,7 +158,24 @@ void X86EmbagEmitter::mean_finish(uint32_t acc_id) {
       if (acc(j) == acc_id && group_head(group_blk_, j)) ops_->unpermute_group(group_regs(j, false));
     return ops_->mean_finish(acc_id, bcast_);
   }
-  a_.vdivps(vec(acc_id), vec(acc_id), vec(bcast_));
+  const uint32_t div = borrow_divisor_ ? divisor_owner() : bcast_;
+  if (acc_id != div) {
+    a_.vdivps(vec(acc_id), vec(acc_id), vec(div));
+    return;
+  }
+  // The owner comes last: its sum back into the block's first accumulator (stored by now; a
+  // one-vector block, e.g. the last of a block loop, has slot 1 unused), the quotient into the
+  // owner, which the skeleton then stores.
+  const x86::Vec sum = vec(acc(group_blk_.num_vecs > 1 ? 0 : 1));
+  a_.vmovups(sum, parked_sum());
+  a_.vdivps(vec(div), sum, vec(div));
+}
+
+uint32_t X86EmbagEmitter::divisor_owner() const { return acc(group_blk_.num_vecs - 1); }
+
+x86::Mem X86EmbagEmitter::parked_sum() const {
+  const int64_t col = (group_blk_.first_vec + group_blk_.num_vecs - 1) * t_.lanes;
+  return x86::ptr(gp(G::kOut), static_cast<int32_t>(out_disp(col)));
 }
 
 // f32 output of an f32 table: the vector as is; tails store exactly their columns. Other
