@@ -125,59 +125,94 @@ int engine_threads() { return engine().threads(); }
 
 std::shared_ptr<tbb::task_arena> engine_arena() { return engine().arena(); }
 
-EngineTasks::EngineTasks(size_t count) : arena_(engine_arena()), done_(count, 0) {}
+EngineTasks::EngineTasks(size_t count) : count_(count), runners_(1) {
+  if (count < 2 || engine_threads() < 2) return;
+  arena_ = engine_arena();
+  // The arena's own size: the engine may have been resized since engine_threads().
+  runners_ = static_cast<int>(std::min<size_t>(count, static_cast<size_t>(arena_->max_concurrency())));
+  if (runners_ < 2) arena_.reset();
+}
 
 namespace {
 
-// The functor given to task_arena::execute. A worker may run it for the calling thread (when the
-// arena has no free slot), and the tasks run on workers: both read this object on the calling
-// thread's stack, so they read it only through pointers that ThreadSanitizer's fork edge orders
+// The tasks of one run, handed out in index order. Claims need only atomicity: what the tasks
+// read and write is ordered by the region's fork and join.
+class TaskQueue {
+ public:
+  explicit TaskQueue(size_t count) : count_(count) {}
+  /// The next unclaimed task, or count once all are claimed or a task threw.
+  size_t claim() {
+    if (stopped_.load(std::memory_order_relaxed)) return count_;
+    return std::min(next_.fetch_add(1, std::memory_order_relaxed), count_);
+  }
+  void stop() { stopped_.store(true, std::memory_order_relaxed); }
+  bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
+  size_t count() const { return count_; }
+
+ private:
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> stopped_{false};
+  size_t count_;
+};
+
+// Claims and runs tasks until none is left; a task's exception stops every runner's claims.
+void drain(TaskQueue& queue, FunctionRef<void(size_t)>& task) {
+  for (size_t i = queue.claim(); i < queue.count(); i = queue.claim()) {
+    try {
+      task(i);
+    } catch (...) {
+      queue.stop();
+      throw;
+    }
+  }
+}
+
+// The functor given to task_arena::execute: `runners` runners, the calling thread running the
+// first. A worker may run this functor for the calling thread (when the arena has no free
+// slot), and the runners run on workers: both read this object on the calling thread's stack,
+// so they read it only through pointers that ThreadSanitizer's fork edge orders
 // (runtime/tsan_sync.hpp; no cost outside that build).
 struct TaskRegion {
   ParallelRegionSync* sync;
   FunctionRef<void(size_t)>* task;
-  std::vector<unsigned char>* done;
-  std::atomic<bool>* task_threw;
+  TaskQueue* queue;
+  int runners;
 
   void operator()() const {
     const TaskRegion& self = *ParallelRegionSync::enter_execute(this);
     const ParallelRegionSync::Task execute_task(*self.sync);
+    // static_partitioner: one range of one runner per thread, offered to that thread's slot.
+    // The blocked_range form, which copies the body into oneTBB's tasks: the index form keeps a
+    // reference to it on this thread's stack, which the runners would read before their edge.
     tbb::parallel_for(
-        tbb::blocked_range<size_t>(0, self.done->size(), 1),
-        [sync = self.sync, region = &self](const tbb::blocked_range<size_t>& r) {
-          const ParallelRegionSync::Task range_task(*sync);
+        tbb::blocked_range<int>(0, self.runners, 1),
+        [sync = self.sync, region = &self](const tbb::blocked_range<int>& runners) {
+          const ParallelRegionSync::Task runner(*sync);
           const TaskRegion& shared = *ParallelRegionSync::after_acquire(region);
-          for (size_t i = r.begin(); i != r.end(); ++i) {
-            try {
-              (*shared.task)(i);
-            } catch (...) {
-              shared.task_threw->store(true, std::memory_order_relaxed);
-              throw;
-            }
-            (*shared.done)[i] = 1;
-          }
+          for (int r = runners.begin(); r != runners.end(); ++r) drain(*shared.queue, *shared.task);
         },
-        tbb::simple_partitioner());
+        tbb::static_partitioner());
   }
 };
 
 }  // namespace
 
 void EngineTasks::run(FunctionRef<void(size_t)> task) {
-  std::atomic<bool> task_threw{false};
-  try {
-    ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-    const TaskRegion region_body{&sync, &task, &done_, &task_threw};
-    const ParallelRegionSync::Region region(sync);
-    arena_->execute(region_body);
-  } catch (const std::exception&) {
-    if (task_threw.load(std::memory_order_relaxed)) throw;
-    // oneTBB failed, not a task: it allocates its tasks as it splits the range.
+  TaskQueue queue(count_);
+  if (arena_) {
+    try {
+      ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
+      const TaskRegion region_body{&sync, &task, &queue, runners_};
+      const ParallelRegionSync::Region region(sync);
+      arena_->execute(region_body);
+    } catch (const std::exception&) {
+      if (queue.stopped()) throw;
+      // oneTBB failed, not a task: it allocates the runners' tasks as it forks.
+    }
   }
-  // Tasks oneTBB did not run (it ran out of memory, or its region was cancelled) run here. It
-  // has waited for every task it started (the region's join is behind us), so none runs twice.
-  for (size_t i = 0; i < done_.size(); ++i)
-    if (!done_[i]) task(i);
+  // One runner; or what oneTBB did not run (it ran out of memory, or the region was
+  // cancelled). The region's join is behind us, so no other runner claims any more.
+  drain(queue, task);
 }
 
 }  // namespace shapejit::rt

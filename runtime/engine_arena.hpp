@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <vector>
 
 #include "runtime/function_ref.hpp"
 
@@ -35,23 +34,32 @@ int engine_threads();
 std::shared_ptr<tbb::task_arena> engine_arena();
 
 /// Tasks 0..count-1 of one call, to run on the engine arena. Everything the run needs from the
-/// engine (the initialised arena, the bookkeeping) is acquired by the constructor, so a call
-/// can allocate all it needs before its first write and then run without failing half way.
+/// engine (the initialised arena) is acquired by the constructor, so a call can allocate all it
+/// needs before its first write and then run without failing half way.
+///
+/// One runner per thread (at most one per task; the calling thread is one of them) claims the
+/// tasks in index order from a shared counter, the next one whenever it finishes one: a call
+/// costs one fork and one join however many tasks it has, and a thread that starts late
+/// (a worker waking up, or descheduled on a loaded machine) takes fewer tasks instead of
+/// holding the others up. Callers order tasks largest first, so the last to be claimed are
+/// small.
 class EngineTasks {
  public:
-  /// Throws std::bad_alloc when the arena or the bookkeeping cannot be had; nothing ran then.
+  /// Throws std::bad_alloc when the arena cannot be had; nothing ran then.
   explicit EngineTasks(size_t count);
 
-  /// Runs task(i) once for every i, on the arena (the calling thread joins in). oneTBB
-  /// allocates while it schedules; if that fails part way (or the region is cancelled), the
-  /// tasks it did not run run on the calling thread, so the run still completes, with the same
-  /// result when each task writes only its own outputs. An exception thrown by a task reaches
-  /// the caller (other tasks may have run).
+  /// Runs task(i) once for every i. With one runner (a 1-thread engine, or one task) they all
+  /// run on the calling thread in order, without entering the arena. oneTBB allocates while it
+  /// forks; if that fails (or the region is cancelled) the calling thread claims and runs what
+  /// is left, so the run still completes, with the same result when each task writes only its
+  /// own outputs. An exception thrown by a task reaches the caller; no task is claimed after it
+  /// (tasks already running finish).
   void run(FunctionRef<void(size_t)> task);
 
  private:
-  std::shared_ptr<tbb::task_arena> arena_;
-  std::vector<unsigned char> done_;  // done_[i]: task i ran to completion
+  std::shared_ptr<tbb::task_arena> arena_;  // null: one runner, no arena
+  size_t count_;
+  int runners_;
 };
 
 }  // namespace shapejit::rt

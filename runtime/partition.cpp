@@ -32,19 +32,20 @@ double BagWork::prefix(int64_t b) const {
 }
 
 std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags,
-                                    int64_t num_indices, int64_t dim, int max_chunks,
+                                    int64_t num_indices, int64_t dim, int threads,
                                     const PartitionOptions& options) {
   std::vector<int64_t> bounds{0};
   if (num_bags <= 0) return bounds;
   const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
   const double total = work.total();
-  const double by_grain = std::floor(total / static_cast<double>(std::max<int64_t>(options.min_chunk_work, 1)));
-  const int64_t chunks = std::max<int64_t>(
-      1, std::min({static_cast<int64_t>(std::max(max_chunks, 1)), num_bags,
-                   static_cast<int64_t>(std::min(by_grain, 1e15))}));
-  for (int64_t j = 1; j < chunks; ++j) {
-    const double target = total * static_cast<double>(j) / static_cast<double>(chunks);
-    const int64_t lo = bounds.back() + 1;
+  const double min_chunk = static_cast<double>(std::max<int64_t>(options.min_chunk_work, 1));
+  const double share = 1.0 / static_cast<double>(std::max(threads, 1));
+  while (threads > 1) {
+    const int64_t lo = bounds.back() + 1;  // a chunk has one bag at least
+    if (lo >= num_bags) break;
+    const double done = work.prefix(bounds.back());
+    const double target = done + std::max((total - done) * share, min_chunk);
+    if (target >= total) break;
     // First boundary b in [lo, num_bags] whose prefix reaches the target ...
     int64_t first = lo, count = num_bags - lo + 1;
     while (count > 0) {
@@ -73,8 +74,7 @@ BagSchedule::BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t n
   const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
   if (threads <= 1 || num_bags == 1 || work.total() < 2.0 * static_cast<double>(options.min_chunk_work))
     return;  // tiny call: no arena, no task, no allocation
-  bounds_ = partition_bags(offsets, num_bags, num_indices, dim,
-                           threads * std::max(options.chunks_per_thread, 1), options);
+  bounds_ = partition_bags(offsets, num_bags, num_indices, dim, threads, options);
   if (bounds_.size() > 2) tasks_.emplace(bounds_.size() - 1);
 }
 

@@ -1,4 +1,4 @@
-// Splitting a call's bags into chunks of roughly equal work and running them on the engine.
+// Splitting a call's bags into chunks of shrinking work and running them on the engine.
 // Each bag lands in exactly one chunk and is reduced there in index order, so results do not
 // depend on the thread count.
 #pragma once
@@ -22,10 +22,13 @@ struct OffsetsView {
 
 /// Tuning of the partitioner; work is counted in floats touched.
 struct PartitionOptions {
-  /// Chunks carry at least this much work; calls below twice it run on the calling thread.
-  int64_t min_chunk_work = 32 * 1024;
-  /// Chunks per engine thread, so a slow thread's tail is picked up by the others.
-  int chunks_per_thread = 4;
+  /// Chunks carry at least this much work (but the last), and calls below twice it run on the
+  /// calling thread. Measured on the 2-core AVX2 host (bench/embag_scaling_bench.cpp, D=64): a
+  /// fork and join of the arena costs 0.2-0.3 us with its worker spinning, one thread gathers
+  /// 16-19K floats a microsecond; 2 threads beat 1 by 1.2x from ~35K floats of work when calls
+  /// come back to back, but only from ~70K when the worker has to come from elsewhere (calls
+  /// between other work: 35K was 0.89x). 2 x 24K keeps 2 threads from being slower in both.
+  int64_t min_chunk_work = 24 * 1024;
   /// Work of a bag besides its rows: writing its output row (D) plus this constant, so many
   /// empty bags still cost something.
   int64_t bag_overhead = 16;
@@ -53,21 +56,27 @@ class BagWork {
 };
 
 /// Chunk boundaries 0 = c_0 < c_1 < ... < c_k = num_bags (k >= 1 when num_bags > 0; {0} when
-/// there are no bags): at most max_chunks chunks, each of about total/k work and (but for
-/// bags too large to split) at least min_chunk_work. A chunk's work exceeds total/k by at most
-/// the work of one bag.
+/// there are no bags) for `threads` threads claiming the chunks in order (EngineTasks), sized
+/// by guided self-scheduling: chunk j is about max(R_j / threads, min_chunk_work) of work, R_j
+/// the work of bags [c_j, B), and ends at the bag boundary nearest that target (one bag at
+/// least); the last chunk takes what is left. Chunks shrink geometrically, so there are few of
+/// them (each costs a claim and a kernel entry), and threads that claim them in order finish
+/// within about one small chunk of each other, also when one starts late: with 2 threads the
+/// first takes half, the second the quarters, eighths, ... that add up to the other half.
+/// threads <= 1 gives one chunk. A chunk's work differs from its target by less than the work
+/// of one bag.
 std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags,
-                                    int64_t num_indices, int64_t dim, int max_chunks,
+                                    int64_t num_indices, int64_t dim, int threads,
                                     const PartitionOptions& options = {});
 
 /// A non-owning reference to a callable body(bag_begin, bag_end).
 using BagRangeFn = FunctionRef<void(int64_t, int64_t)>;
 
 /// How one call's bags will run: on the calling thread in one piece (a call whose work is below
-/// twice the minimum chunk, or an engine of one thread), or in chunks on the engine arena (the
-/// calling thread joins in). Building it allocates all that running needs (chunk bounds, the
-/// initialised arena), so a call builds it before writing any output: after that, run() does
-/// not fail for want of memory (runtime/engine_arena.hpp, EngineTasks).
+/// twice the minimum chunk, or an engine of one thread), or in partition_bags chunks on the
+/// engine arena (the calling thread joins in). Building it allocates all that running needs
+/// (chunk bounds, the initialised arena), so a call builds it before writing any output: after
+/// that, run() does not fail for want of memory (runtime/engine_arena.hpp, EngineTasks).
 class BagSchedule {
  public:
   BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices, int64_t dim,

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <oneapi/tbb/info.h>
@@ -60,29 +61,46 @@ struct EngineThreads {
   ~EngineThreads() { shapejit::rt::set_engine_threads(0); }
 };
 
-// Checks the invariants of one partition and returns its worst chunk / ideal chunk ratio.
-double check_partition(const Bags& bags, int64_t dim, int max_chunks, const PartitionOptions& opt) {
+// Checks the invariants of one partition for `threads` and returns its chunk count: every bag
+// in exactly one non-empty chunk, each chunk within one bag's work of its target
+// max(rest / threads, min_chunk_work), the last one no more than its target.
+int64_t check_partition(const Bags& bags, int64_t dim, int threads, const PartitionOptions& opt) {
   const std::vector<int64_t> bounds =
-      shapejit::rt::partition_bags(bags.view(), bags.count(), bags.n, dim, max_chunks, opt);
+      shapejit::rt::partition_bags(bags.view(), bags.count(), bags.n, dim, threads, opt);
   REQUIRE(bounds.size() >= 2);
   CHECK(bounds.front() == 0);
   CHECK(bounds.back() == bags.count());
   for (size_t k = 1; k < bounds.size(); ++k) REQUIRE(bounds[k] > bounds[k - 1]);  // no empty chunk
   const int64_t chunks = int64_t(bounds.size()) - 1;
-  CHECK(chunks <= max_chunks);
+  if (threads <= 1) CHECK(chunks == 1);
 
   const shapejit::rt::BagWork work(bags.view(), bags.count(), bags.n, dim, opt.bag_overhead);
   double max_bag = 0;
   for (int64_t b = 0; b < bags.count(); ++b) max_bag = std::max(max_bag, work.range(b, b + 1));
-  const double ideal = work.total() / double(chunks);
-  double worst = 0;
-  for (int64_t k = 0; k < chunks; ++k) {
+  for (int64_t k = 0; k < chunks && threads > 1; ++k) {
+    const double rest = work.range(bounds[size_t(k)], bags.count());
+    const double target = std::max(rest / threads, double(opt.min_chunk_work));
     const double w = work.range(bounds[size_t(k)], bounds[size_t(k + 1)]);
-    // Balanced up to one bag: a chunk holds at most its share plus one bag's work.
-    CHECK(w <= ideal + max_bag + 1e-6);
-    worst = std::max(worst, w / ideal);
+    CAPTURE(k);
+    if (k + 1 == chunks) {
+      CHECK(w <= target + max_bag + 1e-6);
+    } else {
+      CHECK(std::fabs(w - target) <= max_bag + 1e-6);
+    }
   }
-  return worst;
+  return chunks;
+}
+
+// Two threads of equal speed claim the chunks in order, the second starting `late` work units
+// after the first; returns when each finishes.
+std::pair<double, double> simulate_two(const shapejit::rt::BagWork& work,
+                                       const std::vector<int64_t>& bounds, double late) {
+  double t[2] = {0, late};
+  for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+    const int who = t[0] <= t[1] ? 0 : 1;  // the thread that is free first claims next
+    t[who] += work.range(bounds[k], bounds[k + 1]);
+  }
+  return {t[0], t[1]};
 }
 
 }  // namespace
@@ -100,7 +118,7 @@ TEST_CASE("partition: the work of a bag is (length + 1) * D + overhead") {
   CHECK(last.total() == 7 + 2);
 }
 
-TEST_CASE("partition: chunks cover [0, B) exactly once and balance work, incl. power-law bags") {
+TEST_CASE("partition: chunks cover [0, B) exactly once and follow their targets, incl. power-law bags") {
   const uint64_t seed = shapejit::test::test_seed(0x5eed);
   MESSAGE("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -118,39 +136,58 @@ TEST_CASE("partition: chunks cover [0, B) exactly once and balance work, incl. p
       lengths[size_t(count / 2)] = 100000;
     }
     const int64_t dim = std::uniform_int_distribution<int64_t>(1, 300)(rng);
-    const int max_chunks = std::uniform_int_distribution<int>(1, 64)(rng);
+    const int threads = std::uniform_int_distribution<int>(1, 64)(rng);
     CAPTURE(trial);
     CAPTURE(count);
     CAPTURE(dim);
-    CAPTURE(max_chunks);
-    check_partition(bags_of(lengths), dim, max_chunks, opt);
+    CAPTURE(threads);
+    check_partition(bags_of(lengths), dim, threads, opt);
   }
 }
 
-TEST_CASE("partition: power-law lengths balance by work where equal bag counts would not") {
+TEST_CASE("partition: few chunks, and two threads claiming them finish together, one late or not") {
   std::mt19937_64 rng(shapejit::test::test_seed(42));
-  const Bags bags = bags_of(power_law_lengths(rng, 4096));
-  PartitionOptions opt;
-  opt.min_chunk_work = 1;
-  const double worst = check_partition(bags, 64, 8, opt);
-  // Equal bag counts for comparison: 8 chunks of 512 bags.
-  const shapejit::rt::BagWork work(bags.view(), bags.count(), bags.n, 64, opt.bag_overhead);
-  double worst_by_count = 0;
-  for (int k = 0; k < 8; ++k)
-    worst_by_count = std::max(worst_by_count, work.range(k * 512, (k + 1) * 512) / (work.total() / 8));
-  MESSAGE("worst chunk / ideal: by work " << worst << ", by bag count " << worst_by_count);
-  CHECK(worst <= worst_by_count);
+  for (const bool power_law : {false, true}) {
+    const Bags bags = power_law ? bags_of(power_law_lengths(rng, 4096))
+                                : bags_of(std::vector<int64_t>(4096, 32));
+    PartitionOptions opt;
+    opt.min_chunk_work = 16 * 1024;
+    const int64_t chunks = check_partition(bags, 128, 2, opt);
+    const std::vector<int64_t> bounds =
+        shapejit::rt::partition_bags(bags.view(), bags.count(), bags.n, 128, 2, opt);
+    const shapejit::rt::BagWork work(bags.view(), bags.count(), bags.n, 128, opt.bag_overhead);
+    double max_bag = 0;
+    for (int64_t b = 0; b < bags.count(); ++b) max_bag = std::max(max_bag, work.range(b, b + 1));
+    // Halving a chunk: about log2(total / min) chunks, not total / min.
+    const double expected = std::log2(work.total() / double(opt.min_chunk_work)) + 2;
+    CAPTURE(power_law);
+    MESSAGE(chunks << " chunks for " << work.total() << " floats of work");
+    CHECK(double(chunks) <= expected);
+    // However late the second thread starts (up to all the work), the two end within one
+    // small chunk (the minimum, or the largest bag) of each other, or the late one runs nothing.
+    for (const double late_share : {0.0, 0.01, 0.1, 0.3, 0.6}) {
+      const auto [a, b] = simulate_two(work, bounds, late_share * work.total());
+      CAPTURE(late_share);
+      const double idle_end = late_share * work.total();
+      if (b > idle_end) CHECK(std::fabs(a - b) <= std::max(double(opt.min_chunk_work), max_bag) * 2 + 1e-6);
+    }
+  }
 }
 
-TEST_CASE("partition: the minimum grain bounds the chunk count; no bags gives no chunks") {
+TEST_CASE("partition: the minimum grain bounds the chunks; one thread or no bags give no split") {
   const Bags bags = bags_of(std::vector<int64_t>(100, 10));  // work 100 * (11 * 8 + 16)
   PartitionOptions opt;
   opt.min_chunk_work = 1000000;
+  CHECK(shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 2, opt) == std::vector<int64_t>{0, 100});
+  opt.min_chunk_work = 100 * (11 * 8 + 16) / 4;  // a quarter of the work
   CHECK(shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 64, opt) ==
-        std::vector<int64_t>{0, 100});
-  opt.min_chunk_work = 100 * (11 * 8 + 16) / 4;
-  CHECK(shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 64, opt).size() == 5);
+        std::vector<int64_t>{0, 25, 50, 75, 100});
+  CHECK(shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 1, opt) == std::vector<int64_t>{0, 100});
   CHECK(shapejit::rt::partition_bags(bags.view(), 0, 0, 8, 64, opt) == std::vector<int64_t>{0});
+  // Above the minimum, 2 threads: half of what is left each time (the nearest bag boundary).
+  opt.min_chunk_work = 1;
+  const auto halving = shapejit::rt::partition_bags(bags.view(), 100, bags.n, 8, 2, opt);
+  CHECK(std::vector<int64_t>(halving.begin(), halving.begin() + 4) == std::vector<int64_t>{0, 50, 75, 88});
 }
 
 TEST_CASE("parallel_for_bags: a small call runs once, inline, without the arena") {
@@ -193,12 +230,10 @@ TEST_CASE("parallel_for_bags: every bag exactly once for 1-4 threads, power-law 
         opt);
     CAPTURE(threads);
     CHECK(std::all_of(seen.begin(), seen.end(), [](const std::atomic<int>& s) { return s.load() == 1; }));
-    if (threads == 1) {
-      CHECK(chunks.load() == 1);
-    } else {
-      CHECK(chunks.load() > 1);
-      CHECK(chunks.load() <= threads * opt.chunks_per_thread);
-    }
+    const auto bounds =
+        shapejit::rt::partition_bags(bags.view(), bags.count(), bags.n, 32, threads, opt);
+    CHECK(chunks.load() == (threads == 1 ? 1 : int(bounds.size()) - 1));
+    if (threads > 1) CHECK(chunks.load() > 1);
   }
 }
 

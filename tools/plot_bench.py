@@ -9,6 +9,9 @@ Charts (one file each, only those the run has rows for):
                               gather limit drawn dashed (rows <rows>x<dim>/<bags>x<len> swept over dim)
   embedding_bag_cases_t<T>.png  GB/s per implementation for the cases that are not a D sweep
                               (cold tables, power-law bag lengths), limit as a dashed mark
+  embag_scaling.png           1 and 2 threads over work size (bench/embag_scaling_bench.cpp): GB/s
+                              per implementation and thread count (t1 solid, t2 dashed) against rows
+                              gathered per call, and the 2-thread speed-up below (above 1: t2 wins)
   linear_group.png            GFLOP/s per case against the peers, one panel per thread count, with
                               the case's measured limit (FMA peak, or DRAM bandwidth for decode
                               cases) drawn as a dashed mark
@@ -26,6 +29,8 @@ from pathlib import Path
 
 EMBAG = re.compile(r"^embedding_bag/(?P<impl>[^/]+)/(?P<mode>[^/]+)/(?P<rows>\d+)x(?P<dim>\d+)/"
                    r"(?P<bags>\d+)x(?P<len>[^/]+)/t(?P<threads>\d+)(/real_time)?$")
+SCALING = re.compile(r"^embag_scaling/(?P<impl>[^/]+)/(?P<mode>[^/]+)/(?P<rows>\d+)x(?P<dim>\d+)/"
+                     r"(?P<bags>\d+)x(?P<len>\d+)/t(?P<threads>\d+)(/real_time)?$")
 LINEAR = re.compile(r"^linear_group/(?P<impl>[^/]+)/(?P<case>[^/]+)/t(?P<threads>\d+)(/real_time)?$")
 
 EMBAG_IMPLS = ["jit", "aten", "ref"]  # the limit is drawn separately
@@ -62,6 +67,66 @@ def parse_embag(rows):
                             shape="{}x{}".format(d["bags"], d["len"]), threads=int(d["threads"]),
                             gbps=r["counters"]["GBps"]))
     return out
+
+
+def parse_scaling(rows):
+    """embag_scaling rows with a GBps counter; the sweep is the table plus whichever of bags and
+    len varies (the other is part of the sweep's name)."""
+    out = []
+    for r in rows:
+        m = SCALING.match(r["name"])
+        if m and "GBps" in r["counters"]:
+            d = {k: (v if k in ("impl", "mode") else int(v)) for k, v in m.groupdict().items() if v and k != "real_time"}
+            out.append(dict(d, gbps=r["counters"]["GBps"], rows_per_call=d["bags"] * d["len"]))
+    return out
+
+
+def plot_scaling(plt, rows, machine, path):
+    """Per sweep: GB/s over rows per call (t1 solid, t2 dashed), and t2/t1 underneath."""
+    sweeps = defaultdict(list)  # (mode, rows, dim, fixed part) -> rows
+    for r in rows:
+        fixed_bags = len({x["bags"] for x in rows if (x["mode"], x["rows"], x["dim"], x["len"]) ==
+                          (r["mode"], r["rows"], r["dim"], r["len"])}) == 1
+        fixed = "{} bags".format(r["bags"]) if fixed_bags else "{} indices/bag".format(r["len"])
+        sweeps[(r["mode"], r["rows"], r["dim"], fixed)].append(r)
+    sweeps = {k: v for k, v in sweeps.items() if len({r["rows_per_call"] for r in v}) >= 2}
+    if not sweeps:
+        return False
+    keys = sorted(sweeps)
+    fig, axes = plt.subplots(2, len(keys), figsize=(6.0 * len(keys), 7.5), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for col, key in enumerate(keys):
+        group = sweeps[key]
+        top, bottom = axes[0, col], axes[1, col]
+        for impl in ordered({r["impl"] for r in group}, EMBAG_IMPLS + ["limit"]):
+            color = "k" if impl == "limit" else STYLE.get(impl)
+            by_t = {t: sorted((r["rows_per_call"], r["gbps"]) for r in group if r["impl"] == impl and r["threads"] == t)
+                    for t in sorted({r["threads"] for r in group})}
+            for t, pts in by_t.items():
+                if pts:
+                    top.plot([p[0] for p in pts], [p[1] for p in pts], "-" if t == 1 else "--", marker="o",
+                             markersize=3, color=color, label="{} t{}".format(impl, t))
+            if by_t.get(1) and by_t.get(2):
+                t1 = dict(by_t[1])
+                pts = [(x, y / t1[x]) for x, y in by_t[2] if x in t1 and t1[x] > 0]
+                bottom.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, color=color,
+                            label=impl)
+        mode, table_rows, dim, fixed = key
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+        top.set_title("{} {}x{}, {}".format(mode, table_rows, dim, fixed), fontsize=10)
+        top.set_ylabel("GB/s (row bytes gathered)")
+        top.set_ylim(bottom=0)
+        bottom.axhline(1.0, color="0.4", linewidth=1)
+        bottom.set_ylabel("speed-up of 2 threads over 1")
+        bottom.set_xlabel("rows gathered per call")
+    fig.suptitle("shapejit embedding_bag: 1 and 2 threads over work size\n{}".format(machine), fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def parse_linear(rows):
@@ -290,9 +355,9 @@ def main(argv=None):
     import matplotlib.pyplot as plt
 
     rows, context = load_rows(args.json)
-    embag, linear = parse_embag(rows), parse_linear(rows)
-    if not embag and not linear:
-        print("plot_bench: no embedding_bag or linear_group rows with GBps / GFLOPs in " + args.json,
+    embag, linear, scaling = parse_embag(rows), parse_linear(rows), parse_scaling(rows)
+    if not embag and not linear and not scaling:
+        print("plot_bench: no embedding_bag, embag_scaling or linear_group rows with GBps / GFLOPs in " + args.json,
               file=sys.stderr)
         return 1
     out = Path(args.out_dir)
@@ -304,6 +369,8 @@ def main(argv=None):
             path = out / (stem.format(t) + ".png")
             if plot(plt, embag, t, machine, path):
                 written.append(path)
+    if plot_scaling(plt, scaling, machine, out / "embag_scaling.png"):
+        written.append(out / "embag_scaling.png")
     if plot_linear(plt, linear, machine, out / "linear_group.png"):
         written.append(out / "linear_group.png")
     for p in written:
