@@ -51,20 +51,7 @@ constexpr const char* kPrefix = "embag_scaling/";
 const char* const kImpls[] = {"jit", "limit", "aten"};
 
 shapejit_embedding_bag_args sum_args(const Workload& w, int64_t set) {
-  shapejit_embedding_bag_args a{};
-  a.weight = w.table();
-  a.weight_dtype = SHAPEJIT_F32;
-  a.num_rows = w.spec().rows;
-  a.dim = w.spec().dim;
-  a.row_stride = w.spec().dim;
-  a.indices = w.indices(set);
-  a.index_dtype = SHAPEJIT_I64;
-  a.num_indices = w.num_indices();
-  a.offsets = w.offsets().data();
-  a.offset_dtype = SHAPEJIT_I64;
-  a.num_offsets = int64_t(w.offsets().size());
-  a.mode = SHAPEJIT_SUM;
-  return a;
+  return embag_call_args(w, set);
 }
 
 // All four outputs of a call of `args`, sized as the library asks (sum mode writes bag_size and

@@ -118,18 +118,7 @@ struct Case {
 };
 
 shapejit_embedding_bag_args make_args(const Workload& w, int64_t set, const ModeSpec& mode) {
-  shapejit_embedding_bag_args a{};
-  a.weight = w.table();
-  a.weight_dtype = SHAPEJIT_F32;
-  a.num_rows = w.spec().rows;
-  a.dim = w.spec().dim;
-  a.row_stride = w.spec().dim;
-  a.indices = w.indices(set);
-  a.index_dtype = SHAPEJIT_I64;
-  a.num_indices = w.num_indices();
-  a.offsets = w.offsets().data();
-  a.offset_dtype = SHAPEJIT_I64;
-  a.num_offsets = int64_t(w.offsets().size());
+  shapejit_embedding_bag_args a = embag_call_args(w, set);
   a.per_sample_weights = mode.weighted ? w.per_sample_weights().data() : nullptr;
   a.mode = mode.mode;
   return a;

@@ -85,18 +85,10 @@ shapejit_dtype output_dtype(shapejit_dtype table) { return is_quantized(table) ?
 int64_t element_bytes(shapejit_dtype t) { return t == SHAPEJIT_F32 ? 4 : 2; }
 
 shapejit_embedding_bag_ex_args make_args(const Workload& w, const DtypeTable& t, int64_t set, const ModeSpec& mode) {
-  shapejit_embedding_bag_args a{};
+  shapejit_embedding_bag_args a = embag_call_args(w, set);
   a.weight = t.data();
   a.weight_dtype = t.dtype();
-  a.num_rows = w.spec().rows;
-  a.dim = w.spec().dim;
   a.row_stride = t.row_stride();
-  a.indices = w.indices(set);
-  a.index_dtype = SHAPEJIT_I64;
-  a.num_indices = w.num_indices();
-  a.offsets = w.offsets().data();
-  a.offset_dtype = SHAPEJIT_I64;
-  a.num_offsets = int64_t(w.offsets().size());
   a.per_sample_weights = mode.weighted ? t.per_sample_weights() : nullptr;
   a.mode = mode.mode;
   shapejit_embedding_bag_ex_args ex{};

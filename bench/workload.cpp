@@ -98,4 +98,21 @@ Workload& workload_for(const WorkloadSpec& spec) {
   return *slot;
 }
 
+shapejit_embedding_bag_args embag_call_args(const Workload& w, int64_t set) {
+  shapejit_embedding_bag_args a{};
+  a.weight = w.table();
+  a.weight_dtype = SHAPEJIT_F32;
+  a.num_rows = w.spec().rows;
+  a.dim = w.spec().dim;
+  a.row_stride = w.spec().dim;
+  a.indices = w.indices(set);
+  a.index_dtype = SHAPEJIT_I64;
+  a.num_indices = w.num_indices();
+  a.offsets = w.offsets().data();
+  a.offset_dtype = SHAPEJIT_I64;
+  a.num_offsets = int64_t(w.offsets().size());
+  a.mode = SHAPEJIT_SUM;
+  return a;
+}
+
 }  // namespace shapejit::bench

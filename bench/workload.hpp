@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "shapejit/shapejit.h"
+
 namespace shapejit::bench {
 
 /// How bag lengths are drawn.
@@ -76,5 +78,9 @@ class Workload {
 /// The process-wide workload of a spec, built on first use (tables are large; benchmarks of
 /// every implementation and mode share them).
 Workload& workload_for(const WorkloadSpec& spec);
+
+/// The C API arguments of index set `set` of `w`: its f32 table (stride D), int64 indices and
+/// offsets, sum mode, no weights; benchmarks change what their case differs in.
+shapejit_embedding_bag_args embag_call_args(const Workload& w, int64_t set);
 
 }  // namespace shapejit::bench
