@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -20,6 +21,7 @@
 
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
+#include "runtime/embag_kernel_call.hpp"
 #include "runtime/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
@@ -190,6 +192,60 @@ TEST_CASE("guard pages: valid calls on the last row never read past it (every D,
     }
   }
   MESSAGE("guard pages: " << calls << " valid calls ending at a PROT_NONE page, no fault");
+  shapejit_set_num_threads(0);
+}
+
+// The calls above use 3-row tables, which stay in cache and get no software prefetch. A table
+// beyond the private cache takes the prefetching loops (on AVX2, prefetch after each row's
+// adds, then the clamped copy near the last index): their reads ahead must stay within the
+// fenced indices, and the last row within its page.
+TEST_CASE("guard pages: prefetching kernels on a table beyond the private cache") {
+  if (std::getenv("SHAPEJIT_PREFETCH_DISTANCE")) {
+    MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_DISTANCE is set and fixes the distance for every call");
+    return;
+  }
+  REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
+  const float psw[] = {0.5f, -1.0f, 2.0f, 1.0f, 3.0f, -0.25f, 1.5f};
+  int64_t calls = 0;
+  for (Isa isa : isas()) {
+    if (isa == Isa::kScalar) continue;  // the reference path has no prefetch
+    shapejit::rt::ScopedIsaOverride pin(isa);
+    for (int64_t D : {8, 32, 64, 128, 257}) {
+      const int64_t rows = shapejit::rt::private_cache_bytes() / (D * 4) + 1;  // extent > L2
+      const FencedTable table(rows, D, D, Edge::kEnd);
+      std::vector<int64_t> indices = kLastRowIndices;
+      for (int64_t& i : indices) i = i == 2 ? rows - 1 : i;  // the last row, at the page end
+      for (shapejit_dtype dt : {SHAPEJIT_I64, SHAPEJIT_I32}) {
+        const FencedInts idx(indices, dt, Edge::kEnd), off(kLastRowOffsets, dt, Edge::kEnd);
+        for (const Variant& v : kVariants) {
+          CAPTURE(shapejit::jit::isa_name(isa));
+          CAPTURE(D);
+          CAPTURE(v.name);
+          CAPTURE(shapejit::test::dtype_name(dt));
+          shapejit_embedding_bag_args a{};
+          a.weight = const_cast<FencedTable&>(table).mem.as<float>();
+          a.weight_dtype = SHAPEJIT_F32;
+          a.num_rows = rows;
+          a.dim = D;
+          a.row_stride = D;
+          a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
+          a.index_dtype = dt;
+          a.num_indices = int64_t(indices.size());
+          a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
+          a.offset_dtype = dt;
+          a.num_offsets = int64_t(kLastRowOffsets.size());
+          a.mode = v.mode;
+          a.per_sample_weights = v.weighted ? psw : nullptr;
+          a.has_padding_idx = v.padding;
+          CHECK(shapejit::rt::make_embag_key(a, isa).prefetch > 0);  // the case this test is for
+          const std::string diff = run_valid(table, idx, off, dt, v, psw);
+          CHECK_MESSAGE(diff.empty(), diff);
+          ++calls;
+        }
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " prefetching calls ending at a PROT_NONE page, no fault");
   shapejit_set_num_threads(0);
 }
 
