@@ -121,10 +121,9 @@ std::vector<int64_t> dims() {
 const std::vector<int64_t> kLastRowIndices = {2, 0, 2, 2, 1, 2, 2};
 const std::vector<int64_t> kLastRowOffsets = {0, 1, 3, 3, 6};
 
-// Runs one call through the C ABI and through the reference; "" when every output matches
-// (NaN-ness exact, NaN bits free) and no guard changed.
-std::string run_valid(const FencedTable& t, const FencedInts& idx, const FencedInts& off, shapejit_dtype dt,
-                      const Variant& v, const float* psw) {
+// The call of variant `v` over the kLastRowIndices-shaped bags in `idx` and `off`.
+shapejit_embedding_bag_args last_row_call(const FencedTable& t, const FencedInts& idx, const FencedInts& off,
+                                          shapejit_dtype dt, const Variant& v, const float* psw) {
   shapejit_embedding_bag_args a{};
   a.weight = const_cast<FencedTable&>(t).mem.as<float>();
   a.weight_dtype = SHAPEJIT_F32;
@@ -141,6 +140,14 @@ std::string run_valid(const FencedTable& t, const FencedInts& idx, const FencedI
   a.per_sample_weights = v.weighted ? psw : nullptr;
   a.has_padding_idx = v.padding;
   a.padding_idx = 0;  // row 0: the last row is still read
+  return a;
+}
+
+// Runs one call through the C ABI and through the reference; "" when every output matches
+// (NaN-ness exact, NaN bits free) and no guard changed.
+std::string run_valid(const FencedTable& t, const FencedInts& idx, const FencedInts& off, shapejit_dtype dt,
+                      const Variant& v, const float* psw) {
+  const shapejit_embedding_bag_args a = last_row_call(t, idx, off, dt, v, psw);
   shapejit_embedding_bag_shapes s{};
   if (shapejit_embedding_bag_output_shapes(&a, &s) != SHAPEJIT_OK) return shapejit_last_error();
   GuardedOutputs got(s, 0xCD), want(s, 0x5A);
@@ -222,22 +229,8 @@ TEST_CASE("guard pages: prefetching kernels on a table beyond the private cache"
           CAPTURE(D);
           CAPTURE(v.name);
           CAPTURE(shapejit::test::dtype_name(dt));
-          shapejit_embedding_bag_args a{};
-          a.weight = const_cast<FencedTable&>(table).mem.as<float>();
-          a.weight_dtype = SHAPEJIT_F32;
-          a.num_rows = rows;
-          a.dim = D;
-          a.row_stride = D;
-          a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
-          a.index_dtype = dt;
-          a.num_indices = int64_t(indices.size());
-          a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
-          a.offset_dtype = dt;
-          a.num_offsets = int64_t(kLastRowOffsets.size());
-          a.mode = v.mode;
-          a.per_sample_weights = v.weighted ? psw : nullptr;
-          a.has_padding_idx = v.padding;
-          CHECK(shapejit::rt::make_embag_key(a, isa).prefetch > 0);  // the case this test is for
+          // The case this test is for.
+          CHECK(shapejit::rt::make_embag_key(last_row_call(table, idx, off, dt, v, psw), isa).prefetch > 0);
           const std::string diff = run_valid(table, idx, off, dt, v, psw);
           CHECK_MESSAGE(diff.empty(), diff);
           ++calls;
