@@ -408,25 +408,35 @@ shapejit_embedding_bag_shapes stand_in_shapes() {
   return s;
 }
 
-// A call may claim far more table rows than the fuzzer backs (only the rows its indices name are
-// real), so its claimed table can span the fuzzer's own output buffers: embedding_bag then
-// rightly rejects the overlap, which output_shapes (seeing no outputs) cannot.
-bool claimed_table_holds_output(const Call& c, const GuardedOutputs& out) {
-  const shapejit_embedding_bag_args& a = c.args;
-  if (a.weight == nullptr || a.num_rows <= 0 || a.dim <= 0) return false;
-  const auto begin = reinterpret_cast<uintptr_t>(a.weight);
-  int32_t t;
-  std::memcpy(&t, &a.weight_dtype, 4);
-  const uintptr_t rows_before = uintptr_t(a.num_rows - 1) * uintptr_t(a.row_stride);
-  const uintptr_t end = t >= SHAPEJIT_Q8 ? begin + rows_before + uintptr_t(a.dim) + 8  // bytes (at most D + 8)
-                        : t == SHAPEJIT_F16 || t == SHAPEJIT_BF16 ? begin + (rows_before + uintptr_t(a.dim)) * 2
-                                                                  : begin + (rows_before + uintptr_t(a.dim)) * 4;
+// Whether any of the fuzzer's outputs shares a byte with [begin, end).
+bool holds_output(uintptr_t begin, uintptr_t end, const GuardedOutputs& out) {
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
     const std::span<const std::byte> bytes = out.bytes(which);
     const auto p = reinterpret_cast<uintptr_t>(bytes.data());
     if (!bytes.empty() && p < end && p + bytes.size() > begin) return true;
   }
   return false;
+}
+
+// A call may claim far more table rows (or mapping entries) than the fuzzer backs (only the rows
+// its indices name are real), so a claimed input can span the fuzzer's own output buffers:
+// embedding_bag then rightly rejects the overlap, which output_shapes (seeing no outputs) cannot.
+bool claimed_input_holds_output(const Call& c, const GuardedOutputs& out) {
+  const shapejit_embedding_bag_args& a = c.args;
+  if (a.weight != nullptr && a.num_rows > 0 && a.dim > 0) {
+    const auto begin = reinterpret_cast<uintptr_t>(a.weight);
+    int32_t t;
+    std::memcpy(&t, &a.weight_dtype, 4);
+    const uintptr_t rows_before = uintptr_t(a.num_rows - 1) * uintptr_t(a.row_stride);
+    const uintptr_t end = t >= SHAPEJIT_Q8 ? begin + rows_before + uintptr_t(a.dim) + 8  // bytes (at most D + 8)
+                          : t == SHAPEJIT_F16 || t == SHAPEJIT_BF16 ? begin + (rows_before + uintptr_t(a.dim)) * 2
+                                                                    : begin + (rows_before + uintptr_t(a.dim)) * 4;
+    if (holds_output(begin, end, out)) return true;
+  }
+  const shapejit_embedding_bag_ex_args e = effective_ex(c);
+  if (e.compressed_indices_mapping == nullptr || e.mapping_len <= 0) return false;
+  const auto begin = reinterpret_cast<uintptr_t>(e.compressed_indices_mapping);
+  return holds_output(begin, begin + uintptr_t(e.mapping_len) * 4, out);
 }
 
 void run_call(const Call& c) {
@@ -474,7 +484,7 @@ void run_call(const Call& c) {
   } else if (nulled_nonempty) {
     if (status != SHAPEJIT_INVALID_ARGUMENT)
       fail("a NULL non-empty output gave status " + std::to_string(int(status)) + ", not INVALID_ARGUMENT");
-  } else if (status != SHAPEJIT_OK && !(status == SHAPEJIT_INVALID_ARGUMENT && claimed_table_holds_output(c, out))) {
+  } else if (status != SHAPEJIT_OK && !(status == SHAPEJIT_INVALID_ARGUMENT && claimed_input_holds_output(c, out))) {
     fail(std::string("output_shapes accepted the call but embedding_bag rejected it: ") + shapejit_last_error());
   }
   if (status != SHAPEJIT_OK) {
