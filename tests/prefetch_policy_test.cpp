@@ -103,7 +103,7 @@ int64_t prefetches_in_listing(const shapejit::jit::EmbagKey& key) {
 
 }  // namespace
 
-TEST_CASE("AVX2 sum rows prefetch the head of a float row; max, quantized rows and AVX-512 every line") {
+TEST_CASE("AVX2 sum rows prefetch the head of an f32 row; max, f16, quantized rows and AVX-512 every line") {
   using shapejit::jit::embag_prefetch_head_bytes;
   // Rows of up to 6 lines: the first quarter of the lines, at least one.
   CHECK(embag_prefetch_head_bytes(32, 32) == 32);     // less than a line: the row
@@ -137,6 +137,10 @@ TEST_CASE("AVX2 sum rows prefetch the head of a float row; max, quantized rows a
   // 64 codes + 8 bytes of scale and bias, rows 72 bytes apart: 2 lines and the last byte's.
   key.table = shapejit::DType::kQ8;
   CHECK(prefetches_in_listing(key) == 2 * 3);
+  key.table = shapejit::DType::kF16;  // 128 bytes: both lines
+  key.out = shapejit::DType::kF16;
+  CHECK(prefetches_in_listing(key) == 2 * 2);
+  key.out = shapejit::DType::kF32;
   key.table = shapejit::DType::kF32;
   key.isa = shapejit::jit::Isa::kAvx512;
   CHECK(prefetches_in_listing(key) == 2 * 4);
