@@ -1,12 +1,18 @@
 // The prefetch rule of the API's kernel keys (runtime/embag_kernel_call.hpp): none for a table
 // that stays in the core's private cache, so a small hot table gets the kernel without per-row
 // prefetch work (and with two bags in flight); else the distance of the host class: on AVX2
-// about 6 KiB of row bytes ahead within [6, 16] indices, 16 on the other ISAs.
+// about 6 KiB of row bytes ahead within [6, 16] indices, 16 on the other ISAs. And what an
+// AVX2 kernel prefetches of each row (jit/embag_plan.hpp, embag_prefetch_head_bytes).
 #include <doctest/doctest.h>
 
+#include <asmjit/x86.h>
+
 #include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "jit/embag_codegen.hpp"
+#include "jit/embag_plan.hpp"
 #include "runtime/embag_kernel_call.hpp"
 #include "runtime/validate.hpp"
 
@@ -79,3 +85,63 @@ TEST_CASE("prefetch distance per host class: AVX2 by row bytes, 16 indices elsew
 }
 
 }  // namespace
+
+namespace {
+
+// prefetcht0 instructions in the listing of `key` (both copies of the bag loop).
+int64_t prefetches_in_listing(const shapejit::jit::EmbagKey& key) {
+  asmjit::CodeHolder code;
+  code.init(asmjit::Environment(asmjit::Arch::kX64));
+  asmjit::StringLogger logger;
+  code.setLogger(&logger);
+  shapejit::jit::emit_embag_kernel(key, code);
+  const std::string text = logger.data();
+  int64_t n = 0;
+  for (size_t at = text.find("prefetcht0"); at != std::string::npos; at = text.find("prefetcht0", at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("AVX2 sum rows prefetch the head of an f32 row; max, f16, quantized rows and AVX-512 every line") {
+  using shapejit::jit::embag_prefetch_head_bytes;
+  // Rows of up to 6 lines: the first quarter of the lines, at least one.
+  CHECK(embag_prefetch_head_bytes(32, 32) == 32);     // less than a line: the row
+  CHECK(embag_prefetch_head_bytes(128, 128) == 64);   // D=32 f32
+  CHECK(embag_prefetch_head_bytes(256, 256) == 64);   // D=64
+  CHECK(embag_prefetch_head_bytes(80, 80) == 64);     // D=20: two lines, one prefetched
+  CHECK(embag_prefetch_head_bytes(384, 384) == 128);  // D=96
+  // Up to 12 lines: half of the block's lines.
+  CHECK(embag_prefetch_head_bytes(512, 512) == 256);  // D=128
+  CHECK(embag_prefetch_head_bytes(640, 320) == 192);  // D=160, a block of 5 lines
+  CHECK(embag_prefetch_head_bytes(768, 384) == 192);  // D=192, a block of 6 lines
+  // Wider rows: the whole block.
+  CHECK(embag_prefetch_head_bytes(1024, 512) == 512);
+  CHECK(embag_prefetch_head_bytes(2048, 512) == 512);
+
+  // Each kernel has two copies of the row loop (unclamped and clamped prefetch positions).
+  shapejit::jit::EmbagKey key;
+  key.isa = shapejit::jit::Isa::kAvx2;
+  key.dim = 64;  // 4 lines
+  CHECK(prefetches_in_listing(key) == 2 * 1);
+  key.dim = 128;  // 8 lines
+  CHECK(prefetches_in_listing(key) == 2 * 4);
+  key.mode = shapejit::Mode::kMean;
+  CHECK(prefetches_in_listing(key) == 2 * 4);
+  key.mode = shapejit::Mode::kMax;  // every line: 4 per row where a 1-line row has 1
+  key.dim = 16;
+  const int64_t max_one_line = prefetches_in_listing(key);
+  key.dim = 64;
+  CHECK(prefetches_in_listing(key) == 4 * max_one_line);
+  key.mode = shapejit::Mode::kSum;
+  // 64 codes + 8 bytes of scale and bias, rows 72 bytes apart: 2 lines and the last byte's.
+  key.table = shapejit::DType::kQ8;
+  CHECK(prefetches_in_listing(key) == 2 * 3);
+  key.table = shapejit::DType::kF16;  // 128 bytes: both lines
+  key.out = shapejit::DType::kF16;
+  CHECK(prefetches_in_listing(key) == 2 * 2);
+  key.out = shapejit::DType::kF32;
+  key.table = shapejit::DType::kF32;
+  key.isa = shapejit::jit::Isa::kAvx512;
+  CHECK(prefetches_in_listing(key) == 2 * 4);
+}
