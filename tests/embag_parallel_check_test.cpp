@@ -11,10 +11,13 @@
 
 #include "runtime/engine_arena.hpp"
 #include "shapejit/shapejit.h"
+#include "support/embag_cases.hpp"
 
 namespace {
 
-constexpr unsigned char kSentinel = 0x5A;
+using shapejit::test::EmbagOutput;
+using shapejit::test::GuardedOutputs;
+
 constexpr int64_t kRows = 4096, kDim = 32, kBags = 256, kLen = 32, kN = kBags * kLen;
 
 struct EngineThreads {
@@ -23,43 +26,30 @@ struct EngineThreads {
 };
 
 // 256 bags x 32 indices into 4096 x 32 rows: work enough for two threads
-// (runtime/partition.hpp), so the check is split over the chunks.
+// (runtime/partition.hpp), so the check is split over the chunks. Outputs are sized while the
+// call is still valid; a test then plants bad indices.
 template <class T>
 struct BigCall {
+  static constexpr shapejit_dtype kDtype = sizeof(T) == 8 ? SHAPEJIT_I64 : SHAPEJIT_I32;
   std::vector<float> table = std::vector<float>(size_t(kRows * kDim), 1.0f);
-  std::vector<T> indices, offsets;
-  std::vector<unsigned char> out = std::vector<unsigned char>(size_t(kBags * kDim * 4), kSentinel);
-  std::vector<unsigned char> o2b = std::vector<unsigned char>(size_t(kN * 8), kSentinel);
-  std::vector<unsigned char> bag = std::vector<unsigned char>(size_t(kBags * 8), kSentinel);
-  std::vector<unsigned char> maxi = std::vector<unsigned char>(size_t(kBags * 8), kSentinel);
-  shapejit_embedding_bag_args a{};
+  std::vector<T> indices = std::vector<T>(size_t(kN)), offsets = std::vector<T>(size_t(kBags));
+  shapejit_embedding_bag_args a{.weight = table.data(), .weight_dtype = SHAPEJIT_F32, .num_rows = kRows,
+                                .dim = kDim, .row_stride = kDim, .indices = indices.data(), .index_dtype = kDtype,
+                                .num_indices = kN, .offsets = offsets.data(), .offset_dtype = kDtype,
+                                .num_offsets = kBags};
 
-  BigCall(shapejit_mode mode, uint32_t seed) {
-    std::mt19937 rng(seed);
-    for (int64_t i = 0; i < kN; ++i) indices.push_back(T(rng() % kRows));
-    for (int64_t b = 0; b < kBags; ++b) offsets.push_back(T(b * kLen));
-    const shapejit_dtype dtype = sizeof(T) == 8 ? SHAPEJIT_I64 : SHAPEJIT_I32;
-    a.weight = table.data();
-    a.weight_dtype = SHAPEJIT_F32;
-    a.num_rows = kRows;
-    a.dim = kDim;
-    a.row_stride = kDim;
-    a.indices = indices.data();
-    a.index_dtype = dtype;
-    a.num_indices = kN;
-    a.offsets = offsets.data();
-    a.offset_dtype = dtype;
-    a.num_offsets = kBags;
+  explicit BigCall(shapejit_mode mode) {
+    std::mt19937 rng(7);
+    for (T& i : indices) i = T(rng() % kRows);
+    for (int64_t b = 0; b < kBags; ++b) offsets[size_t(b)] = T(b * kLen);
     a.mode = mode;
   }
-  shapejit_status run() { return shapejit_embedding_bag(&a, out.data(), o2b.data(), bag.data(), maxi.data()); }
-  bool outputs_untouched() const {
-    for (auto* v : {&out, &o2b, &bag, &maxi})
-      for (unsigned char c : *v)
-        if (c != kSentinel) return false;
-    return true;
+  shapejit_embedding_bag_shapes shapes() const {
+    shapejit_embedding_bag_shapes s{};
+    REQUIRE(shapejit_embedding_bag_output_shapes(&a, &s) == SHAPEJIT_OK);
+    return s;
   }
-  // Validation's own message for this call (the output-shape query checks every index).
+  // Validation's own message for the call (the output-shape query checks every index).
   std::string validation_message() const {
     shapejit_embedding_bag_shapes s{};
     CHECK(shapejit_embedding_bag_output_shapes(&a, &s) == SHAPEJIT_INVALID_ARGUMENT);
@@ -68,37 +58,39 @@ struct BigCall {
 };
 
 template <class T>
-void expect_first_bad_named(std::vector<int64_t> bad_positions, T bad_value) {
+void expect_first_bad_named(const std::vector<int64_t>& bad_positions, T bad_value) {
+  const int64_t first = *std::min_element(bad_positions.begin(), bad_positions.end());
   for (int threads : {1, 2}) {
     for (shapejit_mode mode : {SHAPEJIT_SUM, SHAPEJIT_MEAN, SHAPEJIT_MAX}) {
       EngineThreads engine(threads);
-      BigCall<T> call(mode, 7);
+      BigCall<T> call(mode);
+      GuardedOutputs out(call.shapes());
       for (int64_t p : bad_positions) call.indices[size_t(p)] = bad_value;
       const std::string expected = call.validation_message();
-      const int64_t first = *std::min_element(bad_positions.begin(), bad_positions.end());
       CAPTURE(threads);
       CAPTURE(int(mode));
       CAPTURE(expected);
       REQUIRE(expected.find("indices[" + std::to_string(first) + "] = " + std::to_string(int64_t(bad_value))) !=
               std::string::npos);
-      CHECK(call.run() == SHAPEJIT_INVALID_ARGUMENT);
+      CHECK(out.run(call.a) == SHAPEJIT_INVALID_ARGUMENT);
       CHECK(std::string(shapejit_last_error()) == expected);
-      CHECK(call.outputs_untouched());
+      CHECK(out.untouched());
+      CHECK(out.check_guards() == "");
     }
   }
 }
 
 }  // namespace
 
-TEST_CASE("parallel index check: the valid call runs and writes its outputs on 1 and 2 threads") {
+TEST_CASE("parallel index check: the valid call writes its outputs on 1 and 2 threads") {
   for (int threads : {1, 2}) {
     EngineThreads engine(threads);
-    BigCall<int64_t> call(SHAPEJIT_SUM, 7);
-    CHECK(call.run() == SHAPEJIT_OK);
-    CHECK_FALSE(call.outputs_untouched());
-    const float* out = reinterpret_cast<const float*>(call.out.data());
-    CHECK(out[0] == float(kLen));
-    CHECK(out[kBags * kDim - 1] == float(kLen));
+    BigCall<int64_t> call(SHAPEJIT_SUM);
+    GuardedOutputs out(call.shapes());
+    CHECK(out.run(call.a) == SHAPEJIT_OK);
+    const auto* sums = reinterpret_cast<const float*>(out.bytes(EmbagOutput::kOutput).data());
+    CHECK(std::all_of(sums, sums + kBags * kDim, [](float v) { return v == float(kLen); }));
+    CHECK(out.check_guards() == "");
   }
 }
 
@@ -117,14 +109,17 @@ TEST_CASE("parallel index check: bad indices in both halves name the first") {
 TEST_CASE("parallel index check: an index error comes before an output error, as in validation") {
   for (int threads : {1, 2}) {
     EngineThreads engine(threads);
-    BigCall<int64_t> call(SHAPEJIT_MEAN, 3);
+    BigCall<int64_t> call(SHAPEJIT_MEAN);
+    GuardedOutputs out(call.shapes());
     call.indices[size_t(kN - 1)] = kRows;
     const std::string expected = call.validation_message();
     CAPTURE(threads);
-    // A misaligned output buffer: validation checks the indices first.
-    CHECK(shapejit_embedding_bag(&call.a, call.out.data() + 1, call.o2b.data(), call.bag.data(), call.maxi.data()) ==
+    // A misaligned output buffer, which the run path checks after validation.
+    auto* misaligned = static_cast<unsigned char*>(out.data(EmbagOutput::kOutput)) + 1;
+    CHECK(shapejit_embedding_bag(&call.a, misaligned, out.data(EmbagOutput::kOffset2bag),
+                                 out.data(EmbagOutput::kBagSize), out.data(EmbagOutput::kMaxIndices)) ==
           SHAPEJIT_INVALID_ARGUMENT);
     CHECK(std::string(shapejit_last_error()) == expected);
-    CHECK(call.outputs_untouched());
+    CHECK(out.untouched());
   }
 }
