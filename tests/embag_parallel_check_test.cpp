@@ -84,13 +84,29 @@ void expect_first_bad_named(const std::vector<int64_t>& bad_positions, T bad_val
 
 TEST_CASE("parallel index check: the valid call writes its outputs on 1 and 2 threads") {
   for (int threads : {1, 2}) {
-    EngineThreads engine(threads);
-    BigCall<int64_t> call(SHAPEJIT_SUM);
-    GuardedOutputs out(call.shapes());
-    CHECK(out.run(call.a) == SHAPEJIT_OK);
-    const auto* sums = reinterpret_cast<const float*>(out.bytes(EmbagOutput::kOutput).data());
-    CHECK(std::all_of(sums, sums + kBags * kDim, [](float v) { return v == float(kLen); }));
-    CHECK(out.check_guards() == "");
+    for (bool include_last : {false, true}) {
+      EngineThreads engine(threads);
+      BigCall<int64_t> call(SHAPEJIT_SUM);
+      if (include_last) {  // sum mode's counts then have B + 1 entries, the last past every bag
+        call.offsets.push_back(kN);
+        call.a.offsets = call.offsets.data();
+        call.a.num_offsets = kBags + 1;
+        call.a.include_last_offset = 1;
+      }
+      GuardedOutputs out(call.shapes());
+      CAPTURE(threads);
+      CAPTURE(include_last);
+      CHECK(out.run(call.a) == SHAPEJIT_OK);
+      const auto* sums = reinterpret_cast<const float*>(out.bytes(EmbagOutput::kOutput).data());
+      CHECK(std::all_of(sums, sums + kBags * kDim, [](float v) { return v == float(kLen); }));
+      // Each chunk zeroes its bags' counts, the last one also the entry past the last bag.
+      for (EmbagOutput counts : {EmbagOutput::kBagSize, EmbagOutput::kMaxIndices}) {
+        const auto bytes = out.bytes(counts);
+        CHECK(out.elements(counts) == kBags + (include_last ? 1 : 0));
+        CHECK(std::all_of(bytes.begin(), bytes.end(), [](std::byte b) { return b == std::byte{0}; }));
+      }
+      CHECK(out.check_guards() == "");
+    }
   }
 }
 
