@@ -40,14 +40,6 @@ std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags
   const double total = work.total();
   const double min_chunk = static_cast<double>(std::max<int64_t>(options.min_chunk_work, 1));
   const double share = 1.0 / static_cast<double>(std::max(threads, 1));
-  if (threads > 1) {
-    // One allocation instead of the vector's doublings (which cost a 2-thread call at D=32 about
-    // 0.2 us before its fork): while chunks are R / threads they leave R (1 - 1/threads) each,
-    // down to threads * min_chunk; then about `threads` chunks of min_chunk finish (twice that
-    // covers chunks cut short at bag boundaries: no reallocation in partition_test's sweeps).
-    const double shares = std::log(std::max(total / (threads * min_chunk), 1.0)) / -std::log1p(-share);
-    bounds.reserve(static_cast<size_t>(std::min(shares + 3.0 + 2.0 * threads, static_cast<double>(num_bags) + 1.0)));
-  }
   while (threads > 1) {
     const int64_t lo = bounds.back() + 1;  // a chunk has one bag at least
     if (lo >= num_bags) break;
