@@ -145,17 +145,9 @@ jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output
 }
 
 void zero_sum_mode_counts(const EmbagCallPlan& p, void* bag_size, void* max_indices) {
-  zero_sum_mode_counts(p, bag_size, max_indices, 0, p.num_bags);
-}
-
-void zero_sum_mode_counts(const EmbagCallPlan& p, void* bag_size, void* max_indices, int64_t bag_begin,
-                          int64_t bag_end) {
   if (p.mode != Mode::kSum) return;
-  const size_t bytes = index_out_bytes(p);
-  // In sum mode both have bag_size_len entries (max_indices_rows, one column).
-  const int64_t end = bag_end == p.num_bags ? p.shapes.bag_size_len : bag_end;
-  if (bag_size) zero_counts(static_cast<char*>(bag_size) + bag_begin * bytes, end - bag_begin, bytes);
-  if (max_indices) zero_counts(static_cast<char*>(max_indices) + bag_begin * bytes, end - bag_begin, bytes);
+  if (bag_size) zero_counts(bag_size, p.shapes.bag_size_len, index_out_bytes(p));
+  if (max_indices) zero_counts(max_indices, p.shapes.max_indices_rows, index_out_bytes(p));
 }
 
 void fill_unbagged_positions(const EmbagCallPlan& p, void* offset2bag) {

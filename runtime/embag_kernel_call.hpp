@@ -41,10 +41,6 @@ jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& plan, void* out
 
 /// Sum mode reports zeros in bag_size and max_indices, which kernels never write: fills them.
 void zero_sum_mode_counts(const EmbagCallPlan& plan, void* bag_size, void* max_indices);
-/// The same for the entries of bags [bag_begin, bag_end), and with the last bag also the entries
-/// past it (sum mode's counts have len(offsets) entries): each chunk of a run zeroes its own.
-void zero_sum_mode_counts(const EmbagCallPlan& plan, void* bag_size, void* max_indices, int64_t bag_begin,
-                          int64_t bag_end);
 
 /// Positions no bag takes (lengths that stop before N) are reported in offset2bag as bag B;
 /// kernels write only their bags' positions. Call after the kernels.

@@ -52,23 +52,17 @@ void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag
       plan.index_range_deferred ? index_check_end(plan) : 0,
       [&](int64_t begin, int64_t end) { return indices_in_range(plan, begin, end); },
       [&](int64_t begin, int64_t end) {
-        if (begin == base.bag_begin && end == base.bag_end) {
-          kernel(base);  // one chunk: no copy
-        } else {
-          jit::EmbagKernelArgs chunk = base;
-          chunk.bag_begin = begin;
-          chunk.bag_end = end;
-          kernel(chunk);
-        }
-        // Each chunk its own counts, on its runner (after the join they cost a 2-thread D=32
-        // call ~0.25 us on Zen 2).
-        zero_sum_mode_counts(plan, bag_size, max_indices, begin, end);
+        if (begin == base.bag_begin && end == base.bag_end) return kernel(base);  // one chunk: no copy
+        jit::EmbagKernelArgs chunk = base;
+        chunk.bag_begin = begin;
+        chunk.bag_end = end;
+        kernel(chunk);
       });
   if (!indices_ok) {  // no output written: the serial check names the first bad index
     check_indices(plan);
     throw Error(Status::kInternalError, "embedding_bag: a part of the indices failed its range check, the whole passed");
   }
-  if (plan.num_bags == 0) zero_sum_mode_counts(plan, bag_size, max_indices);  // no chunk ran
+  zero_sum_mode_counts(plan, bag_size, max_indices);
   fill_unbagged_positions(plan, offset2bag);
   // Test hook (jit/generated_code_observer.hpp): one atomic load per call when none is set.
   if (!kernel.generic() && plan.num_bags > 0)

@@ -99,7 +99,7 @@ TEST_CASE("parallel index check: the valid call writes its outputs on 1 and 2 th
       CHECK(out.run(call.a) == SHAPEJIT_OK);
       const auto* sums = reinterpret_cast<const float*>(out.bytes(EmbagOutput::kOutput).data());
       CHECK(std::all_of(sums, sums + kBags * kDim, [](float v) { return v == float(kLen); }));
-      // Each chunk zeroes its bags' counts, the last one also the entry past the last bag.
+      // Sum mode's counts are zeros, include_last_offset's entry past the last bag too.
       for (EmbagOutput counts : {EmbagOutput::kBagSize, EmbagOutput::kMaxIndices}) {
         const auto bytes = out.bytes(counts);
         CHECK(out.elements(counts) == kBags + (include_last ? 1 : 0));
