@@ -54,6 +54,9 @@ struct EmbagCallPlan {
   int64_t covered_end = 0;
   /// The opt-in ATen partial-final-offset quirk (offsets[B] < N), which only the reference runs.
   bool partial_final_offset = false;
+  /// The range check of the indices is left to the plan's runner (IndexRangeCheck::kByRunner):
+  /// it must pass before any output is written (runtime/embedding_bag.cpp).
+  bool index_range_deferred = false;
 
   /// The bytes the call reads of each input (weight from its first row to the end of its last,
   /// indices, offsets, per_sample_weights, compressed_indices_mapping), which no output may

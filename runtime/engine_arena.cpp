@@ -135,35 +135,76 @@ EngineTasks::EngineTasks(size_t count) : count_(count), runners_(1) {
 
 namespace {
 
-// The tasks of one run, handed out in index order. Claims need only atomicity: what the tasks
-// read and write is ordered by the region's fork and join.
+// One spin of a runner waiting for another's gate: the core's spin-wait hint.
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// The gates, then the tasks of one run, each handed out in index order. Claims need only
+// atomicity: what the tasks read and write is ordered by the region's fork and join. A task is
+// claimed only after the count of passed gates has reached them all (gates only read, so that
+// count orders nothing else).
 class TaskQueue {
  public:
-  explicit TaskQueue(size_t count) : count_(count) {}
-  /// The next unclaimed task, or count once all are claimed or a task threw.
+  TaskQueue(size_t gates, size_t count) : gates_(gates), count_(count) {}
+  /// The next unclaimed gate, or gates once all are claimed or the run stopped.
+  size_t claim_gate() {
+    if (stopped()) return gates_;
+    return std::min(next_gate_.fetch_add(1, std::memory_order_relaxed), gates_);
+  }
+  void gate_passed() { passed_.fetch_add(1, std::memory_order_release); }
+  /// Waits until every gate has passed (true) or the run stopped (false). The gates the others
+  /// hold are running (a claim is followed by the gate's run), so the wait ends; it yields the
+  /// core after a while, for a runner descheduled on a loaded host.
+  bool wait_for_gates() const {
+    for (unsigned spins = 0; passed_.load(std::memory_order_acquire) < gates_; ++spins) {
+      if (stopped()) return false;
+      if (spins < 4096) spin_pause();
+      else std::this_thread::yield();
+    }
+    return true;
+  }
+  /// The next unclaimed task, or count once all are claimed or the run stopped.
   size_t claim() {
-    if (stopped_.load(std::memory_order_relaxed)) return count_;
+    if (stopped()) return count_;
     return std::min(next_.fetch_add(1, std::memory_order_relaxed), count_);
+  }
+  void fail() {
+    failed_.store(true, std::memory_order_relaxed);
+    stop();
   }
   void stop() { stopped_.store(true, std::memory_order_relaxed); }
   bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  size_t gates() const { return gates_; }
   size_t count() const { return count_; }
 
  private:
-  std::atomic<size_t> next_{0};
-  std::atomic<bool> stopped_{false};
-  size_t count_;
+  std::atomic<size_t> next_gate_{0}, passed_{0}, next_{0};
+  std::atomic<bool> stopped_{false}, failed_{false};
+  size_t gates_, count_;
 };
 
-// Claims and runs tasks until none is left; a task's exception stops every runner's claims.
-void drain(TaskQueue& queue, FunctionRef<void(size_t)>& task) {
-  for (size_t i = queue.claim(); i < queue.count(); i = queue.claim()) {
-    try {
-      task(i);
-    } catch (...) {
-      queue.stop();
-      throw;
+// Claims and runs gates, then (once every gate has passed) tasks, until none is left; a failed
+// gate or an exception stops every runner's claims.
+void drain(TaskQueue& queue, FunctionRef<bool(size_t)>& gate, FunctionRef<void(size_t)>& task) {
+  try {
+    for (size_t g = queue.claim_gate(); g < queue.gates(); g = queue.claim_gate()) {
+      if (!gate(g)) {
+        queue.fail();
+        return;
+      }
+      queue.gate_passed();
     }
+    if (!queue.wait_for_gates()) return;
+    for (size_t i = queue.claim(); i < queue.count(); i = queue.claim()) task(i);
+  } catch (...) {
+    queue.stop();
+    throw;
   }
 }
 
@@ -174,6 +215,7 @@ void drain(TaskQueue& queue, FunctionRef<void(size_t)>& task) {
 // (runtime/tsan_sync.hpp; no cost outside that build).
 struct TaskRegion {
   ParallelRegionSync* sync;
+  FunctionRef<bool(size_t)>* gate;
   FunctionRef<void(size_t)>* task;
   TaskQueue* queue;
   int runners;
@@ -189,7 +231,7 @@ struct TaskRegion {
         [sync = self.sync, region = &self](const tbb::blocked_range<int>& runners) {
           const ParallelRegionSync::Task runner(*sync);
           const TaskRegion& shared = *ParallelRegionSync::after_acquire(region);
-          for (int r = runners.begin(); r != runners.end(); ++r) drain(*shared.queue, *shared.task);
+          for (int r = runners.begin(); r != runners.end(); ++r) drain(*shared.queue, *shared.gate, *shared.task);
         },
         tbb::static_partitioner());
   }
@@ -198,11 +240,15 @@ struct TaskRegion {
 }  // namespace
 
 void EngineTasks::run(FunctionRef<void(size_t)> task) {
-  TaskQueue queue(count_);
+  run(0, [](size_t) { return true; }, task);
+}
+
+bool EngineTasks::run(size_t gates, FunctionRef<bool(size_t)> gate, FunctionRef<void(size_t)> task) {
+  TaskQueue queue(gates, count_);
   if (arena_) {
     try {
       ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-      const TaskRegion region_body{&sync, &task, &queue, runners_};
+      const TaskRegion region_body{&sync, &gate, &task, &queue, runners_};
       const ParallelRegionSync::Region region(sync);
       arena_->execute(region_body);
     } catch (const std::exception&) {
@@ -212,7 +258,8 @@ void EngineTasks::run(FunctionRef<void(size_t)> task) {
   }
   // One runner; or what oneTBB did not run (it ran out of memory, or the region was
   // cancelled). The region's join is behind us, so no other runner claims any more.
-  drain(queue, task);
+  drain(queue, gate, task);
+  return !queue.failed();
 }
 
 }  // namespace shapejit::rt

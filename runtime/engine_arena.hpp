@@ -56,6 +56,14 @@ class EngineTasks {
   /// (tasks already running finish).
   void run(FunctionRef<void(size_t)> task);
 
+  /// run(task) behind gates: gate(g) for every g < gates first, claimed in order by the same
+  /// runners in the same region (one fork for both phases), and task(i) only once every gate
+  /// has returned true. A runner left without a gate to claim waits (spinning) for those the
+  /// others hold, so no task starts before the last gate has passed. A gate that returns false
+  /// stops the run: no task runs, and run returns false. A gate's exception is handled like a
+  /// task's (no task runs). Gates may only read what tasks write.
+  bool run(size_t gates, FunctionRef<bool(size_t)> gate, FunctionRef<void(size_t)> task);
+
  private:
   std::shared_ptr<tbb::task_arena> arena_;  // null: one runner, no arena
   size_t count_;

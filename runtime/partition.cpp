@@ -18,17 +18,17 @@ BagWork::BagWork(const OffsetsView& offsets, int64_t num_bags, int64_t num_indic
       row_cost_(static_cast<double>(dim)),
       // Writing the bag's output row costs about as much as reading one more row.
       bag_cost_(static_cast<double>(dim) + static_cast<double>(bag_overhead)),
-      first_(num_bags_ > 0 ? start(0) : 0) {}
+      first_(num_bags_ > 0 ? bag_start(offsets, 0, num_indices) : 0) {}
 
-int64_t BagWork::start(int64_t b) const {
-  if (b >= offsets_.size) return num_indices_;
-  return offsets_.dtype == DType::kI32 ? static_cast<const int32_t*>(offsets_.data)[b]
-                                       : static_cast<const int64_t*>(offsets_.data)[b];
+int64_t bag_start(const OffsetsView& offsets, int64_t b, int64_t num_indices) {
+  if (b >= offsets.size) return num_indices;
+  return offsets.dtype == DType::kI32 ? static_cast<const int32_t*>(offsets.data)[b]
+                                      : static_cast<const int64_t*>(offsets.data)[b];
 }
 
 double BagWork::prefix(int64_t b) const {
   // Doubles: positions x D can exceed int64 for absurd sizes, and balance needs no exactness.
-  return static_cast<double>(start(b) - first_) * row_cost_ + static_cast<double>(b) * bag_cost_;
+  return static_cast<double>(bag_start(offsets_, b, num_indices_) - first_) * row_cost_ + static_cast<double>(b) * bag_cost_;
 }
 
 std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags,
@@ -68,7 +68,7 @@ std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags
 
 BagSchedule::BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
                          int64_t dim, const PartitionOptions& options)
-    : num_bags_(num_bags) {
+    : offsets_(offsets), num_bags_(num_bags), num_indices_(num_indices) {
   if (num_bags <= 0) return;
   const int threads = engine_threads();
   const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
@@ -79,12 +79,28 @@ BagSchedule::BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t n
 }
 
 void BagSchedule::run(BagRangeFn body) {
-  if (num_bags_ <= 0) return;
+  run(0, [](int64_t, int64_t) { return true; }, body);
+}
+
+bool BagSchedule::run(int64_t check_end, PositionCheckFn check, BagRangeFn body) {
   if (!tasks_) {
-    body(0, num_bags_);
-    return;
+    if (check_end > 0 && !check(0, check_end)) return false;
+    if (num_bags_ > 0) body(0, num_bags_);
+    return true;
   }
-  tasks_->run([&](size_t k) { body(bounds_[k], bounds_[k + 1]); });
+  const size_t last = bounds_.size() - 2;
+  const auto position = [&](size_t k) {  // where chunk k's part of the check starts
+    if (k == 0) return int64_t{0};
+    if (k > last) return check_end;
+    return std::min(bag_start(offsets_, bounds_[k], num_indices_), check_end);
+  };
+  return tasks_->run(
+      check_end > 0 ? last + 1 : 0,
+      [&](size_t k) {
+        const int64_t begin = position(k), end = position(k + 1);
+        return begin >= end || check(begin, end);
+      },
+      [&](size_t k) { body(bounds_[k], bounds_[k + 1]); });
 }
 
 void parallel_for_bags(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,

@@ -34,6 +34,10 @@ struct PartitionOptions {
   int64_t bag_overhead = 16;
 };
 
+/// The first index position of bag b of validated offsets: offsets[b], and for the bag after
+/// the last offset the end of the indices, num_indices.
+int64_t bag_start(const OffsetsView& offsets, int64_t b, int64_t num_indices);
+
 /// Work of bags [0, b) for every b in [0, num_bags], in O(1) each from the offsets:
 /// bag b covers positions [offsets[b], end_b) and costs (end_b - offsets[b] + 1) * D + overhead.
 class BagWork {
@@ -48,7 +52,6 @@ class BagWork {
   double range(int64_t begin, int64_t end) const { return prefix(end) - prefix(begin); }
 
  private:
-  int64_t start(int64_t b) const;  ///< first position of bag b (end of the last bag for b == B)
   OffsetsView offsets_;
   int64_t num_bags_, num_indices_;
   double row_cost_, bag_cost_;
@@ -71,6 +74,9 @@ std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags
 
 /// A non-owning reference to a callable body(bag_begin, bag_end).
 using BagRangeFn = FunctionRef<void(int64_t, int64_t)>;
+/// A non-owning reference to a check check(position_begin, position_end) of index positions,
+/// true when they pass.
+using PositionCheckFn = FunctionRef<bool(int64_t, int64_t)>;
 
 /// How one call's bags will run: on the calling thread in one piece (a call whose work is below
 /// twice the minimum chunk, or an engine of one thread), or in partition_bags chunks on the
@@ -85,8 +91,16 @@ class BagSchedule {
   /// body reaches the caller.
   void run(BagRangeFn body);
 
+  /// run(body), but only once check has passed over every index position in [0, check_end)
+  /// (check_end 0: no check); returns false, having run no body, when a part failed. On the
+  /// engine the check runs in the same region (EngineTasks gates), in one part per chunk: the
+  /// positions its bags read (the first part from 0, the last up to check_end), so a runner's
+  /// check tends to bring in the indices of a chunk it then runs, and a late runner checks less.
+  bool run(int64_t check_end, PositionCheckFn check, BagRangeFn body);
+
  private:
-  int64_t num_bags_;
+  OffsetsView offsets_;
+  int64_t num_bags_, num_indices_;
   std::vector<int64_t> bounds_;         // chunk boundaries when on the engine
   std::optional<EngineTasks> tasks_;    // empty: inline
 };

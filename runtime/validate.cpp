@@ -260,20 +260,23 @@ template <class T>
 // Calls of a few indices (the fixed cost of a call) skip the vector clone's set-up.
 constexpr int64_t kInlineIndexCheck = 16;
 
+// Positions [0, n) of idx lie in the plan's index space.
 template <class T>
-void check_indices_typed(const EmbagCallPlan& p, const T* idx) {
-  // Read as lengths (torch's quantized ops), positions past the last bag are never read, and
-  // torch accepts any value there; as spans every position is read (offset2bag, counts).
-  const int64_t n = p.args.offsets_as_lengths ? p.covered_end : p.num_indices, space = index_space(p);
+bool typed_indices_in_range(const EmbagCallPlan& p, const T* idx, int64_t n) {
   // No valid index of type T reaches 2^(bits - 1): the bound is capped there, so that limit - 1
   // is a non-negative T. (Without the cap a table of more than 2^32 rows let int32 index -1
   // through, and the kernel read before the table: found by fuzz/.)
-  const uint64_t limit =
-      std::min(static_cast<uint64_t>(space), static_cast<uint64_t>(std::numeric_limits<T>::max()) + 1);
+  const uint64_t limit = std::min(static_cast<uint64_t>(index_space(p)),
+                                  static_cast<uint64_t>(std::numeric_limits<T>::max()) + 1);
   using U = std::make_unsigned_t<T>;
-  const bool ok = n <= kInlineIndexCheck ? few_indices_in_range<U>(idx, n, static_cast<U>(limit))
-                                         : indices_in_range(idx, n, limit);
-  if (!ok) [[unlikely]]
+  return n <= kInlineIndexCheck ? few_indices_in_range<U>(idx, n, static_cast<U>(limit))
+                                : indices_in_range(idx, n, limit);
+}
+
+template <class T>
+void check_indices_typed(const EmbagCallPlan& p, const T* idx) {
+  const int64_t n = index_check_end(p);
+  if (!typed_indices_in_range(p, idx, n)) [[unlikely]]
     report_first_bad_index(p, idx, n);
   if (p.pruned) check_mapping_entries(p, idx, n);
 }
@@ -300,12 +303,6 @@ template <class T>
                " rows (valid: -1 to skip the position, or 0 <= row < " + to_string(p.num_rows) + ")";
       });
   }
-}
-
-void check_indices(const EmbagCallPlan& p) {
-  const void* idx = p.args.call.indices;
-  if (p.index == DType::kI32) check_indices_typed(p, static_cast<const int32_t*>(idx));
-  else check_indices_typed(p, static_cast<const int64_t*>(idx));
 }
 
 // ATen's output shapes, derived here from the plan on their own (the reference derives them
@@ -355,14 +352,19 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
 namespace validate_detail {
 namespace {
 
-void validate_into(EmbagCallPlan& p) {
+void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
   check_sizes(p);
   check_output_and_weight_dtypes(p);
   check_mapping(p);
   check_input_buffers(p);  // before the offsets, indices and mapping are read below
   check_options(p);
   check_offsets(p);
-  check_indices(p);
+  // A pruned table's mapping entries are read through the indices, so those stay here; a few
+  // indices cost less here than any hand-over.
+  if (when == IndexRangeCheck::kByRunner && !p.pruned && index_check_end(p) > kInlineIndexCheck)
+    p.index_range_deferred = true;
+  else
+    check_indices(p);
   set_plan_shapes(p);
 }
 
@@ -371,18 +373,38 @@ void validate_into(EmbagCallPlan& p) {
 
 EmbagCallPlan::EmbagCallPlan(const shapejit_embedding_bag_args& call) : args(ref::embedding_bag_ex_defaults(call)) {}
 
-EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args) {
+EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args, IndexRangeCheck when) {
   EmbagCallPlan p(args);
-  validate_detail::validate_into(p);
+  validate_detail::validate_into(p, when);
   return p;
 }
 
-EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args) {
+EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args, IndexRangeCheck when) {
   // The defaults are written straight into the plan: copying a just-built struct in 16-byte
   // pieces over its 4-byte dtype stores would stall on store forwarding.
   EmbagCallPlan p(args);
-  validate_detail::validate_into(p);
+  validate_detail::validate_into(p, when);
   return p;
+}
+
+int64_t index_check_end(const EmbagCallPlan& p) {
+  // Read as lengths (torch's quantized ops), positions past the last bag are never read, and
+  // torch accepts any value there; as spans every position is read (offset2bag, counts).
+  return p.args.offsets_as_lengths ? p.covered_end : p.num_indices;
+}
+
+bool indices_in_range(const EmbagCallPlan& p, int64_t begin, int64_t end) {
+  using validate_detail::typed_indices_in_range;
+  const void* idx = p.args.call.indices;
+  if (p.index == DType::kI32) return typed_indices_in_range(p, static_cast<const int32_t*>(idx) + begin, end - begin);
+  return typed_indices_in_range(p, static_cast<const int64_t*>(idx) + begin, end - begin);
+}
+
+void check_indices(const EmbagCallPlan& p) {
+  using validate_detail::check_indices_typed;
+  const void* idx = p.args.call.indices;
+  if (p.index == DType::kI32) check_indices_typed(p, static_cast<const int32_t*>(idx));
+  else check_indices_typed(p, static_cast<const int64_t*>(idx));
 }
 
 shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& args) {

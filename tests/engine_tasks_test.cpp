@@ -137,3 +137,62 @@ TEST_CASE("EngineTasks: no task is claimed after one threw") {
   CHECK(after < int(runs.size()) - 11);
   for (size_t i = 0; i <= 10; ++i) CHECK(runs[i].load() == 1);
 }
+
+TEST_CASE("EngineTasks: every gate passes before the first task starts, on 1 to 4 threads") {
+  for (int threads = 1; threads <= 4; ++threads) {
+    EngineThreads engine(threads);
+    std::vector<std::atomic<int>> gates(9), runs(9);
+    std::atomic<size_t> gates_done{0};
+    std::atomic<int> early{0};
+    EngineTasks tasks(runs.size());
+    const bool passed = tasks.run(
+        gates.size(),
+        [&](size_t g) {
+          // The last gate is slow: runners without a gate must wait for it, not start tasks.
+          if (g + 1 == gates.size()) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          gates[g].fetch_add(1);
+          gates_done.fetch_add(1);
+          return true;
+        },
+        [&](size_t i) {
+          if (gates_done.load() != gates.size()) early.fetch_add(1);
+          runs[i].fetch_add(1);
+        });
+    CAPTURE(threads);
+    CHECK(passed);
+    CHECK(each_once(gates));
+    CHECK(each_once(runs));
+    CHECK(early.load() == 0);
+  }
+}
+
+TEST_CASE("EngineTasks: a failed gate runs no task; a gate's exception reaches the caller") {
+  for (int threads = 1; threads <= 4; ++threads) {
+    EngineThreads engine(threads);
+    CAPTURE(threads);
+    std::atomic<int> ran{0};
+    {
+      EngineTasks tasks(8);
+      const bool passed = tasks.run(
+          8,
+          [&](size_t g) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            return g != 6;
+          },
+          [&](size_t) { ran.fetch_add(1); });
+      CHECK_FALSE(passed);
+    }
+    {
+      EngineTasks tasks(8);
+      CHECK_THROWS_AS(tasks.run(
+                          8,
+                          [&](size_t g) {
+                            if (g == 2) throw std::runtime_error("gate 2");
+                            return true;
+                          },
+                          [&](size_t) { ran.fetch_add(1); }),
+                      std::runtime_error);
+    }
+    CHECK(ran.load() == 0);
+  }
+}

@@ -122,7 +122,7 @@ tsan_tests() {
   SHAPEJIT_REQUIRE_ISAS=${native%%,*} \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
     build-tsan/tests/shapejit_tests --no-intro=true \
-    --source-file='*/stress_threads_test.cpp,*/kernel_cache_test.cpp,*/partition_test.cpp,*/engine_tasks_test.cpp,*/kernel_cache_remembered_test.cpp'
+    --source-file='*/stress_threads_test.cpp,*/kernel_cache_test.cpp,*/partition_test.cpp,*/engine_tasks_test.cpp,*/kernel_cache_remembered_test.cpp,*/embag_parallel_check_test.cpp'
 }
 hardening_stage() {
   echo "== thread sanitizer build (build-tsan/, shapejit_tests only)"
