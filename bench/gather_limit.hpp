@@ -40,6 +40,13 @@ struct LimitArgs {
 /// Prefetch distance of every limit loop, in index positions.
 inline constexpr int kLimitPrefetchDistance = 16;
 
+/// Bytes of a column block spanning `block_bytes` of a `dim`-float row that the AVX2 loop
+/// prefetches for `op`: the AVX2 kernels' head-of-row rule for sum, mean and weighted sum
+/// (jit::embag_prefetch_head_bytes; on the AVX2 host it beat prefetching every line by up to
+/// 20 %, so a loop without it would not be a limit), every line for max. Defined in
+/// limit_select.cpp (ordinary flags), called once per column block.
+int64_t limit_avx2_prefetch_bytes(LimitOp op, int64_t dim, int64_t block_bytes);
+
 // Each computes bags [bag_begin, bag_end) of `args` on the calling thread and returns true, or
 // returns false (computing nothing) for a dim it has no specialisation for, or when the build
 // is for another CPU family. The caller checks first that the host runs the ISA's code

@@ -23,7 +23,7 @@ namespace {
 // Columns [kFirst * 8, (kFirst + kBlock) * 8) of bags [bag_begin, bag_end).
 template <int kBlock, LimitOp kOp>
 void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_t first_col) {
-  constexpr int kLinesPerBlock = (kBlock * 32 + 63) / 64;
+  const int64_t prefetch_lines = (limit_avx2_prefetch_bytes(kOp, a.dim, kBlock * 32) + 63) / 64;
   const int64_t last = a.num_indices - 1;
   const float* table = a.table + first_col;
   for (int64_t b = bag_begin; b < bag_end; ++b) {
@@ -36,11 +36,11 @@ void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_
       acc[v] = kOp == LimitOp::kMax ? _mm256_set1_ps(-__builtin_inff()) : _mm256_setzero_ps();
     for (int64_t i = begin; i < end; ++i) {
       // The prefetch follows the global index stream, so it runs ahead across bag boundaries;
-      // it fetches this block's lines only (the other blocks fetch theirs on their pass).
+      // it fetches this block's lines only (the other blocks fetch theirs on their pass), or
+      // their head (limit_avx2_prefetch_bytes).
       const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
       const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
-#pragma GCC unroll 16
-      for (int l = 0; l < kLinesPerBlock; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      for (int64_t l = 0; l < prefetch_lines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
       const float* row = table + a.indices[i] * a.row_stride;
       if constexpr (kOp == LimitOp::kWeightedSum) {
         const __m256 w = _mm256_broadcast_ss(a.per_sample_weights + i);

@@ -2,6 +2,7 @@
 // the ISAs the benchmark rows measure. Compiled with the ordinary flags.
 #include "limit_select.hpp"
 
+#include "jit/embag_plan.hpp"
 #include "jit/host_features.hpp"
 #include "runtime/isa_select.hpp"
 
@@ -27,6 +28,11 @@ LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
     return nullptr;
   }
   return loop;
+}
+
+int64_t limit_avx2_prefetch_bytes(LimitOp op, int64_t dim, int64_t block_bytes) {
+  if (op == LimitOp::kMax) return block_bytes;
+  return jit::embag_prefetch_head_bytes(dim * int64_t(sizeof(float)), block_bytes);
 }
 
 bool limit_dim_supported(int64_t dim) {
