@@ -346,6 +346,69 @@ TEST_CASE("guard pages: rejected indices, offsets and padding never touch the ta
   shapejit_set_num_threads(0);
 }
 
+// Calls of more than a few indices leave the range check to the run (runtime/validate.hpp,
+// IndexRangeCheck::kByRunner), which on two threads checks them chunk by chunk inside the
+// kernels' region. A bad index anywhere must still stop every kernel before it reads a row.
+TEST_CASE("guard pages: a large call's index check (in the parallel region) rejects before touching the table") {
+  const int64_t n = 4, D = 16, bags = 128, len = 32;  // 64K floats of work: two threads run it in chunks
+  std::vector<int64_t> offsets(static_cast<size_t>(bags));
+  for (int64_t b = 0; b < bags; ++b) offsets[size_t(b)] = b * len;
+  int64_t calls = 0;
+  for (int threads : {1, 2}) {
+    REQUIRE(shapejit_set_num_threads(threads) == SHAPEJIT_OK);
+    for (Isa isa : isas()) {
+      shapejit::rt::ScopedIsaOverride pin(isa);
+      for (Edge edge : {Edge::kEnd, Edge::kStart}) {
+        const FencedTable table(n, D, D, edge);
+        for (int64_t bad : {n, int64_t(-1), int64_t{1} << 40}) {
+          for (int64_t at : {int64_t{0}, bags * len / 2 + 3, bags * len - 1}) {
+            std::vector<int64_t> indices(size_t(bags * len));
+            for (size_t i = 0; i < indices.size(); ++i) indices[i] = int64_t(i % size_t(n));
+            indices[size_t(at)] = bad;
+            for (shapejit_dtype dt : {SHAPEJIT_I64, SHAPEJIT_I32}) {
+              if (dt == SHAPEJIT_I32 && bad > std::numeric_limits<int32_t>::max()) continue;
+              const FencedInts idx(indices, dt, edge), off(offsets, dt, edge);
+              shapejit_embedding_bag_args a{};
+              a.weight = const_cast<FencedTable&>(table).mem.as<float>();
+              a.weight_dtype = SHAPEJIT_F32;
+              a.num_rows = n;
+              a.dim = D;
+              a.row_stride = table.stride;
+              a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
+              a.index_dtype = dt;
+              a.num_indices = bags * len;
+              a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
+              a.offset_dtype = dt;
+              a.num_offsets = bags;
+              a.mode = SHAPEJIT_SUM;
+              indices[size_t(at)] = 0;  // the shapes of the call as if it were valid
+              const FencedInts valid_idx(indices, dt, edge);
+              indices[size_t(at)] = bad;
+              shapejit_embedding_bag_args valid = a;
+              valid.indices = const_cast<FencedInts&>(valid_idx).mem.as<void>();
+              shapejit_embedding_bag_shapes s{};
+              REQUIRE(shapejit_embedding_bag_output_shapes(&valid, &s) == SHAPEJIT_OK);
+              GuardedOutputs out(s, 0xCD);
+              CAPTURE(threads);
+              CAPTURE(shapejit::jit::isa_name(isa));
+              CAPTURE(bad);
+              CAPTURE(at);
+              CAPTURE(shapejit::test::dtype_name(dt));
+              CHECK(out.run(a) == SHAPEJIT_INVALID_ARGUMENT);
+              CHECK(std::string(shapejit_last_error()).find(std::to_string(at)) != std::string::npos);
+              CHECK(out.untouched());
+              CHECK(out.check_guards().empty());
+              ++calls;
+            }
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " rejected calls of " << bags * len << " indices at 1 and 2 threads, none touched the table");
+  shapejit_set_num_threads(0);
+}
+
 // A table may declare more rows than an int32 index can name; a negative int32 index must
 // still be rejected (read as unsigned it is below 2^32, hence below such a row count). The table
 // starts right after a protected page, so reading row -1 faults. Found by the fuzzer.
