@@ -52,7 +52,7 @@ inline constexpr int64_t kMaxPairedBagVecs = 4;
 /// `free_vecs` registers. Each bag keeps its own accumulators and row order, so the results are
 /// bitwise those of one bag at a time; the rule follows from the key and the back end's
 /// register file, so kernel names do not show it.
-/// Why not with prefetch (measured on Zen 2, AVX2, 4096-row tables): each bag's stream
+/// Why not with prefetch (measured on the AVX2 EPYC host, 4096-row tables): each bag's stream
 /// prefetching `prefetch` positions ahead of its own row lands, past the bag's end, in the
 /// pair's other bag (rows already read) and never reaches the next pair's second bag: 0.78-0.97x
 /// at D = 16..32; prefetching one pair ahead (row j of the next pair) measured 0.74-0.96x

@@ -252,14 +252,14 @@ class EmbagSkeleton : protected KernelEmitter {
   /// block right of column 0; x86's 32-bit displacements reach any block.
   bool rebase_static_blocks_ = false;
   /// Sum rows (weighted, mean, pairs) issue a row's prefetches after its loads, at the loop's
-  /// tail, instead of before them. Set by back ends where that measured faster: AVX2 on Zen 2,
+  /// tail, instead of before them. Set by back ends where that measured faster: AVX2 on the EPYC host,
   /// kernel alone on L3-resident tables, +3-10 % GB/s at D = 64..256 with the other core idle,
   /// equal within noise with it busy (the row's demand loads no longer queue behind the
   /// prefetches of a row `prefetch` positions ahead). Max rows keep the head.
   bool prefetch_after_row_ = false;
   /// Sum rows (weighted, mean) of f32 tables prefetch only the head of the row
   /// (embag_prefetch_head_bytes) instead of every line. Set by back ends where that measured
-  /// faster: AVX2 on Zen 2, +6-22 % at D = 32..192 for sum, mean and weighted. Slower row
+  /// faster: AVX2 on the EPYC host, +6-22 % at D = 32..192 for sum, mean and weighted. Slower row
   /// loops keep every line: max (lost 5-10 % at D=64), f16 and bf16 (the conversion; lost
   /// 2-6 % at D = 128..256, equal at D=64), and quantized rows (not measured; their scale and
   /// bias trail the row and are read first).

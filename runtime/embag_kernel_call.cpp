@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kPrefetchDistance = 16;  // indices ahead: the AVX-512 (Zen 5) and NEON hosts
 
-// AVX2 hosts (measured on Zen 2, 4096-row f32 tables in L3, D = 32..512, sum/mean/weighted,
+// AVX2 hosts (measured on the AVX2 EPYC host, 4096-row f32 tables in L3, D = 32..512, sum/mean/weighted,
 // kernels alone against the limit loop): the best distance shrinks as rows grow. With the other
 // core idle, 4-8 indices won from D=128 up (16 lost 5-20 % at D >= 256); with the other core
 // busy, 12-16 won at D <= 128 (6 lost 7 % at D=128) while D=256 and 512 still wanted 6-8.
@@ -47,7 +47,7 @@ int prefetch_override() {
 /// Software prefetch only pays for rows that come from beyond the core's private cache: a table
 /// that fits in half of L2 (the rest holds indices, outputs and the caller's data) stays there
 /// across calls, and there the prefetch's index load, multiply and clamp per row cost more than
-/// they hide (about 1.5x on a hot D=16 table on Zen 2), and they rule out two bags in flight
+/// they hide (about 1.5x on a hot D=16 table on the AVX2 EPYC host), and they rule out two bags in flight
 /// (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch won again.
 /// Beyond that the distance is per host class (the ISA the engine selected stands for it).
 int prefetch_distance(const EmbagCallPlan& p, jit::Isa isa) {
