@@ -69,7 +69,7 @@ int64_t embag_row_trailer_bytes(DType table) {
   }
 }
 
-// Measured on the AVX2 EPYC host ( f32 sum, 4096-row tables, 256 and 1024 bags x 32, kernel alone,
+// Measured on the AVX2 EPYC host (f32 sum, 4096-row tables, 256 and 1024 bags x 32, kernel alone,
 // against prefetching every line of the row at the runtime's distance): the rest of a small
 // row's lines arrive in time without software prefetch, and prefetching them cost time.
 // Quarter / half of the lines: D=32 and 64 (1 of 2 or 4 lines) +8 % and +16-19 %, D=48 +20 %,
