@@ -109,6 +109,7 @@ class LimitRunner final : public Runner {
     args_ = {w.table(), w.spec().dim, w.spec().dim, w.indices(0), w.num_indices(),
              w.offsets().data(), int64_t(w.offsets().size()), nullptr, LimitOp::kSum,
              output_.data()};
+    set_limit_prefetch(args_, rt::selected_isa(), w.spec().rows);
     // Half c starts at the first bag whose offset reaches c/threads of the indices.
     const auto& off = w.offsets();
     for (int c = 0; c <= threads; ++c)

@@ -222,6 +222,7 @@ class LimitRunner final : public Runner {
     args_.per_sample_weights = w.per_sample_weights().data();
     args_.op = mode.limit_op;
     args_.output = output_.data();
+    set_limit_prefetch(args_, isa, w.spec().rows);
     // Chunk c starts at the first bag whose offset reaches c/threads of the indices.
     for (int c = 0; c <= threads; ++c) {
       const int64_t target = w.num_indices() * c / threads;

@@ -1,8 +1,8 @@
 // The `limit` loops of the embedding-bag benchmarks: per instruction set, the minimal
-// hand-written gather loop (accumulators in vector registers, the row of the index 16 positions
-// ahead prefetched) that measures what the memory system allows. They are not embedding bags: no
-// padding, no integer outputs, f32 tables and int64 indices/offsets only, D a multiple of 16 in
-// 16..512 (limit_dim_supported). limit_select.hpp picks the loop of an ISA for the running host.
+// hand-written gather loop (accumulators in vector registers, the row of the index
+// LimitArgs::prefetch_distance positions ahead prefetched) that measures what the memory
+// system allows. They are not embedding bags: no padding, no integer outputs, f32 tables and
+// int64 indices/offsets only, D a multiple of 16 in 16..512 (limit_dim_supported). limit_select.hpp picks the loop of an ISA for the running host.
 //
 // One file per ISA (gather_limit_avx512.cpp, gather_limit_avx2.cpp, gather_limit_neon.cpp), each
 // compiled for its ISA alone. This header is shared between them and ordinary code, so it
@@ -35,10 +35,11 @@ struct LimitArgs {
   const float* per_sample_weights = nullptr;  ///< kWeightedSum only
   LimitOp op = LimitOp::kSum;
   float* output = nullptr;  ///< [num_offsets, dim]
+  /// Index positions ahead whose row is prefetched: the engine's distance for this table on the
+  /// loop's ISA (set_limit_prefetch in limit_select.hpp), so the limit prefetches as the
+  /// kernels do beyond the private cache.
+  int64_t prefetch_distance = 16;
 };
-
-/// Prefetch distance of every limit loop, in index positions.
-inline constexpr int kLimitPrefetchDistance = 16;
 
 /// Bytes of a column block spanning `block_bytes` of a `dim`-float row that the AVX2 loop
 /// prefetches for `op`: the AVX2 kernels' head-of-row rule for sum, mean and weighted sum

@@ -38,7 +38,7 @@ void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_
       // The prefetch follows the global index stream, so it runs ahead across bag boundaries;
       // it fetches this block's lines only (the other blocks fetch theirs on their pass), or
       // their head (limit_avx2_prefetch_bytes).
-      const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
+      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
       const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
       for (int64_t l = 0; l < prefetch_lines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
       const float* row = table + a.indices[i] * a.row_stride;

@@ -32,7 +32,7 @@ void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
       acc[v] = kOp == LimitOp::kMax ? _mm512_set1_ps(-__builtin_inff()) : _mm512_setzero_ps();
     for (int64_t i = begin; i < end; ++i) {
       // The prefetch follows the global index stream, so it runs ahead across bag boundaries.
-      const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
+      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
       const char* next = reinterpret_cast<const char*>(a.table + a.indices[ahead] * a.row_stride);
 #pragma GCC unroll 32
       for (int l = 0; l < kLinesPerRow; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);

@@ -33,7 +33,7 @@ void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_
     for (int v = 0; v < kBlock; ++v) acc[v] = vdupq_n_f32(kOp == LimitOp::kMax ? -__builtin_inff() : 0.0f);
     for (int64_t i = begin; i < end; ++i) {
       // The prefetch follows the global index stream, so it runs ahead across bag boundaries.
-      const int64_t ahead = i + kLimitPrefetchDistance < last ? i + kLimitPrefetchDistance : last;
+      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
       const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
 #pragma GCC unroll 16
       for (int l = 0; l < kLinesPerBlock; ++l) __builtin_prefetch(next + 64 * l, 0, 3);

@@ -4,6 +4,7 @@
 
 #include "jit/embag_plan.hpp"
 #include "jit/host_features.hpp"
+#include "runtime/embag_kernel_call.hpp"
 #include "runtime/isa_select.hpp"
 
 namespace shapejit::bench {
@@ -33,6 +34,12 @@ LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
 int64_t limit_avx2_prefetch_bytes(LimitOp op, int64_t dim, int64_t block_bytes) {
   if (op == LimitOp::kMax) return block_bytes;
   return jit::embag_prefetch_head_bytes(dim * int64_t(sizeof(float)), block_bytes);
+}
+
+void set_limit_prefetch(LimitArgs& args, jit::Isa isa, int64_t num_rows) {
+  const int64_t row_bytes = args.dim * int64_t(sizeof(float));
+  args.prefetch_distance =
+      rt::uncached_prefetch_distance(isa, row_bytes, num_rows, args.row_stride * int64_t(sizeof(float)));
 }
 
 bool limit_dim_supported(int64_t dim) {

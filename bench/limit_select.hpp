@@ -19,6 +19,11 @@ using LimitLoop = bool (*)(const LimitArgs& args, int64_t bag_begin, int64_t bag
 /// `why_not` says which of the two is missing.
 LimitLoop limit_loop(jit::Isa isa, std::string& why_not);
 
+/// Sets args.prefetch_distance for a loop on `isa` over a table of `num_rows` rows: the
+/// engine's distance for a table beyond the private cache (rt::uncached_prefetch_distance).
+/// The limit prefetches even where the engine's kernels skip it for a table that stays in L2.
+void set_limit_prefetch(LimitArgs& args, jit::Isa isa, int64_t num_rows);
+
 /// True when the limit loops have a specialisation for this row width (16, 32, ..., 512).
 bool limit_dim_supported(int64_t dim);
 

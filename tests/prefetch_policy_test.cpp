@@ -1,8 +1,9 @@
 // The prefetch rule of the API's kernel keys (runtime/embag_kernel_call.hpp): none for a table
 // that stays in the core's private cache, so a small hot table gets the kernel without per-row
 // prefetch work (and with two bags in flight); else the distance of the host class: on AVX2
-// about 6 KiB of row bytes ahead within [6, 16] indices, 16 on the other ISAs. And what an
-// AVX2 kernel prefetches of each row (jit/embag_plan.hpp, embag_prefetch_head_bytes).
+// about 6 KiB of row bytes ahead within [6, 16] indices; on AVX-512 8 KiB within [6, 16] for a
+// table within half of L3 and 16 KiB within [6, 32] beyond it; 16 on NEON. And what an AVX2
+// kernel prefetches of each row (jit/embag_plan.hpp, embag_prefetch_head_bytes).
 #include <doctest/doctest.h>
 
 #include <asmjit/x86.h>
@@ -19,6 +20,7 @@
 namespace {
 
 using shapejit::rt::make_embag_key;
+using shapejit::rt::last_level_cache_bytes;
 using shapejit::rt::private_cache_bytes;
 
 // A valid sum call over `rows` x `dim` (rows row_stride apart) that reads only row 0.
@@ -61,14 +63,14 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(int64_t(1) << 42, int64_t(1) << 18, int64_t(1) << 18) == 6);
 }
 
-TEST_CASE("prefetch distance per host class: AVX2 by row bytes, 16 indices elsewhere") {
+TEST_CASE("prefetch distance per host class: AVX2 by row bytes, AVX-512 by row bytes and L3, NEON 16") {
   if (std::getenv("SHAPEJIT_PREFETCH_DISTANCE")) {
     MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_DISTANCE is set and fixes the distance for every call");
     return;
   }
   using shapejit::jit::Isa;
   const int64_t rows = 1 << 20;  // 128 MiB and more: beyond any private cache
-  // AVX2: 6 KiB of rows ahead, within [6, 16] indices.
+  // AVX2: 6 KiB of rows ahead, within [6, 16] indices, wherever the table lives.
   CHECK(key_prefetch(rows, 8, 8) == 16);      // 32-byte rows: capped at 16
   CHECK(key_prefetch(rows, 64, 64) == 16);    // 256 bytes: 24, capped
   CHECK(key_prefetch(rows, 128, 128) == 12);  // 512
@@ -78,10 +80,26 @@ TEST_CASE("prefetch distance per host class: AVX2 by row bytes, 16 indices elsew
   // The bytes a row holds, not its stride: padding between rows is never prefetched.
   CHECK(key_prefetch(rows, 128, 1024) == 12);
   CHECK(key_prefetch(rows, 256, 256, Isa::kAvx2, SHAPEJIT_F16) == 12);  // 512 bytes of f16
-  // The other host classes keep the distance measured there.
-  CHECK(key_prefetch(rows, 64, 64, Isa::kAvx512) == 16);
-  CHECK(key_prefetch(rows, 512, 512, Isa::kAvx512) == 16);
   CHECK(key_prefetch(rows, 512, 512, Isa::kNeon) == 16);
+
+  // AVX-512: a table within half of L3 (its rows come from L3) about 8 KiB ahead within
+  // [6, 16]; one row more and it is beyond L3 (rows from memory): 16 KiB within [6, 32].
+  const int64_t l2 = private_cache_bytes(), l3 = last_level_cache_bytes();
+  MESSAGE("caches: L2 " << l2 << " bytes, L3 " << l3 << " bytes");
+  struct Case {
+    int64_t dim, in_l3, beyond_l3;
+  };
+  for (const Case c : {Case{64, 16, 32}, Case{128, 16, 32}, Case{256, 8, 16}, Case{512, 6, 8}}) {
+    const int64_t row_bytes = c.dim * 4, in_l3_rows = l3 / 2 / row_bytes;
+    CAPTURE(c.dim);
+    if (in_l3_rows * row_bytes <= l2 / 2) {
+      MESSAGE("SKIPPED: half of L3 is within half of L2 on this host (such a table stays cached)");
+      continue;
+    }
+    CHECK(key_prefetch(in_l3_rows, c.dim, c.dim, Isa::kAvx512) == c.in_l3);
+    CHECK(key_prefetch(in_l3_rows + 1, c.dim, c.dim, Isa::kAvx512) == c.beyond_l3);
+  }
+  CHECK(key_prefetch(int64_t(1) << 30, 16, 16, Isa::kAvx512) == 32);  // 64-byte rows: 256, capped
 }
 
 }  // namespace
