@@ -1,5 +1,5 @@
 // The ISA-neutral skeleton of every embedding-bag kernel: the control flow (bag loop, bag
-// bounds, column blocks, row loop, padding and pruning skips, counts, offset2bag, the max
+// bounds, offset2bag, column blocks, row loop, padding and pruning skips, counts, the max
 // first-row copy and update order, stores) written once against a small set of primitives
 // that each back end (jit/x86, jit/a64) supplies.
 #pragma once
@@ -172,7 +172,9 @@ class EmbagSkeleton : protected KernelEmitter {
   virtual void branch_if_wide_id(const Label& target) = 0;
 
   // --- Primitives: rows, prefetch, pruning ------------------------------------------------------
-  virtual void store_offset2bag() = 0;                   ///< offset2bag[pos] = bag
+  /// offset2bag[p] = kBag for every position p in [kPos, kEnd) (the bag's whole range, padding
+  /// and pruned positions included), in vector stores; clobbers kScratch, kRow and vector `tmp`.
+  virtual void fill_offset2bag(uint32_t tmp) = 0;
   /// kScratch = indices[pos + prefetch] (the position is known to be in range).
   virtual void load_index_ahead() = 0;
   /// dst = mapping[id] (int32, sign-extended); `tmp` is a role free at this point.

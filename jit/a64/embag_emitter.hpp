@@ -57,7 +57,7 @@ class A64EmbagEmitter final : public EmbagSkeleton {
   void branch_if_wide_id(const Label& target) override;
 
   // Rows, prefetch, pruning.
-  void store_offset2bag() override;
+  void fill_offset2bag(uint32_t tmp) override;
   void load_index_ahead() override;
   void map_row(G dst, G id, G tmp) override;
   void prefetch_row(int64_t begin, int64_t len) override;

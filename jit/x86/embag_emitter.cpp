@@ -228,7 +228,6 @@ void X86EmbagEmitter::branch_if_wide_id(const Label& target) {
 
 // Rows, prefetch, pruning ---------------------------------------------------------------------------
 
-void X86EmbagEmitter::store_offset2bag() { store_int_at(o2b_, G::kPos, G::kBag); }
 
 // The position `prefetch` ahead as a displacement of the index load (the unclamped copy).
 void X86EmbagEmitter::load_index_ahead() {

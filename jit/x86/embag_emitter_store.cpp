@@ -1,4 +1,5 @@
-// X86EmbagEmitter: the max_indices store and the AVX2 exact-width tail moves.
+// X86EmbagEmitter: the offset2bag fill, the max_indices store and the AVX2 exact-width tail
+// moves.
 #include <algorithm>
 #include <cstddef>
 
@@ -7,6 +8,53 @@
 namespace shapejit::jit {
 
 using namespace asmjit;
+
+// Whole vectors of the bag id from kPos while n positions are left; a remainder is covered by
+// one more vector ending at kEnd, overlapping entries already written (it stays within the
+// bag). A bag shorter than a vector is written entry by entry.
+void X86EmbagEmitter::fill_offset2bag(uint32_t tmp) {
+  const x86::Gp p = gp(G::kScratch), last = gp(G::kRow), end = gp(G::kEnd), bag = gp(G::kBag);
+  const x86::Vec v = vec(tmp);
+  const int64_t n = t_.bytes / out_size();
+  const uint32_t shift = out_size() == 4 ? 2 : 3;
+  auto store = [&](const x86::Gp& pos) {
+    if (t_.avx512) a_.vmovdqu64(x86::ptr(o2b_, pos, shift), v);
+    else a_.vmovdqu(x86::ptr(o2b_, pos, shift), v);
+  };
+  if (t_.avx512) {
+    if (out_size() == 4) a_.vpbroadcastd(v, bag.r32());
+    else a_.vpbroadcastq(v, bag);
+  } else {
+    a_.vmovq(v.xmm(), bag);
+    if (out_size() == 4) a_.vpbroadcastd(v, v.xmm());
+    else a_.vpbroadcastq(v, v.xmm());
+  }
+  Label vectors = a_.newLabel(), single = a_.newLabel(), done = a_.newLabel();
+  a_.mov(p, gp(G::kPos));
+  a_.lea(last, x86::ptr(end, static_cast<int32_t>(-n)));  // the last whole vector's start
+  a_.cmp(p, last);
+  a_.jg(single);
+  a_.bind(vectors);
+  store(p);
+  a_.add(p, static_cast<int32_t>(n));
+  a_.cmp(p, last);
+  a_.jle(vectors);
+  a_.cmp(p, end);
+  a_.jge(done);
+  store(last);
+  a_.jmp(done);
+  a_.bind(single);  // fewer than n positions (maybe none)
+  a_.cmp(p, end);
+  a_.jge(done);
+  Label one = a_.newLabel();
+  a_.bind(one);
+  if (out_size() == 4) a_.mov(x86::dword_ptr(o2b_, p, 2), bag.r32());
+  else a_.mov(x86::qword_ptr(o2b_, p, 3), bag);
+  a_.inc(p);
+  a_.cmp(p, end);
+  a_.jl(one);
+  a_.bind(done);
+}
 
 // AVX2 tails read and write exactly the tail's bytes with 16/8/4-byte moves instead of
 // vmaskmovps: fault suppression of masked lanes is architectural, but qemu 7.2 (our AVX2 test
