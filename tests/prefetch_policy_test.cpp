@@ -25,7 +25,7 @@ using shapejit::rt::private_cache_bytes;
 
 // A valid sum call over `rows` x `dim` (rows row_stride apart) that reads only row 0.
 int key_prefetch(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::Isa isa = shapejit::jit::Isa::kAvx2,
-                 shapejit_dtype table = SHAPEJIT_F32) {
+                 shapejit_dtype table = SHAPEJIT_F32, shapejit_mode mode = SHAPEJIT_SUM) {
   static const float value = 1.0f;
   static const int64_t index = 0, offset = 0;
   shapejit_embedding_bag_args a{};
@@ -40,7 +40,7 @@ int key_prefetch(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::I
   a.offsets = &offset;
   a.offset_dtype = SHAPEJIT_I64;
   a.num_offsets = 1;
-  a.mode = SHAPEJIT_SUM;
+  a.mode = mode;
   return make_embag_key(shapejit::rt::plan_embedding_bag(a), isa).prefetch;
 }
 
@@ -59,6 +59,11 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(4096, 1024, 1024) == 6);          // 16 MiB, 4 KiB rows: the AVX2 floor
   // The extent counts the stride, not just the values read: padded rows take cache too.
   CHECK(key_prefetch(half_rows, dim, 2 * dim) == 16);
+  // Max on AVX-512 prefetches a cached table as well; elsewhere max follows the rule.
+  using shapejit::jit::Isa;
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MAX) == 0);
   // A declared extent of 2^62 bytes (found by fuzz/: doubling it overflowed) is not cached.
   CHECK(key_prefetch(int64_t(1) << 42, int64_t(1) << 18, int64_t(1) << 18) == 6);
 }
