@@ -20,64 +20,66 @@ namespace shapejit::bench {
 #if defined(__x86_64__)
 namespace {
 
-// Columns [kFirst * 8, (kFirst + kBlock) * 8) of bags [bag_begin, bag_end).
+// Columns [first_col, first_col + kBlock * 8) of bag b, whose indices are [begin, end).
 template <int kBlock, LimitOp kOp>
-void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_t first_col) {
+void gather_block(const LimitArgs& a, int64_t b, int64_t begin, int64_t end, int64_t first_col) {
   const int64_t prefetch_lines = (limit_avx2_prefetch_bytes(kOp, a.dim, kBlock * 32) + 63) / 64;
   const int64_t last = a.num_indices - 1;
   const float* table = a.table + first_col;
-  for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t begin = a.offsets[b];
-    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
-    __m256 acc[kBlock];
-    // Every loop over v (and over cache lines) is unrolled so acc[] lives in registers.
+  __m256 acc[kBlock];
+  // Every loop over v (and over cache lines) is unrolled so acc[] lives in registers.
 #pragma GCC unroll 16
-    for (int v = 0; v < kBlock; ++v)
-      acc[v] = kOp == LimitOp::kMax ? _mm256_set1_ps(-__builtin_inff()) : _mm256_setzero_ps();
-    for (int64_t i = begin; i < end; ++i) {
-      // The prefetch follows the global index stream, so it runs ahead across bag boundaries;
-      // it fetches this block's lines only (the other blocks fetch theirs on their pass), or
-      // their head (limit_avx2_prefetch_bytes).
-      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
-      const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
-      for (int64_t l = 0; l < prefetch_lines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
-      const float* row = table + a.indices[i] * a.row_stride;
-      if constexpr (kOp == LimitOp::kWeightedSum) {
-        const __m256 w = _mm256_broadcast_ss(a.per_sample_weights + i);
+  for (int v = 0; v < kBlock; ++v)
+    acc[v] = kOp == LimitOp::kMax ? _mm256_set1_ps(-__builtin_inff()) : _mm256_setzero_ps();
+  for (int64_t i = begin; i < end; ++i) {
+    // The prefetch follows the global index stream, so it runs ahead across bag boundaries;
+    // it fetches this block's lines only (the other blocks fetch theirs on their pass), or
+    // their head (limit_avx2_prefetch_bytes).
+    const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
+    const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
+    for (int64_t l = 0; l < prefetch_lines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+    const float* row = table + a.indices[i] * a.row_stride;
+    if constexpr (kOp == LimitOp::kWeightedSum) {
+      const __m256 w = _mm256_broadcast_ss(a.per_sample_weights + i);
 #pragma GCC unroll 16
-        for (int v = 0; v < kBlock; ++v)
-          acc[v] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * v), acc[v]);
-      } else if constexpr (kOp == LimitOp::kMax) {
+      for (int v = 0; v < kBlock; ++v)
+        acc[v] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * v), acc[v]);
+    } else if constexpr (kOp == LimitOp::kMax) {
 #pragma GCC unroll 16
-        for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_max_ps(acc[v], _mm256_loadu_ps(row + 8 * v));
-      } else {
+      for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_max_ps(acc[v], _mm256_loadu_ps(row + 8 * v));
+    } else {
 #pragma GCC unroll 16
-        for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + 8 * v));
-      }
+      for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_loadu_ps(row + 8 * v));
     }
-    if constexpr (kOp == LimitOp::kMean) {
-      const __m256 count = _mm256_set1_ps(static_cast<float>(end > begin ? end - begin : 1));
-#pragma GCC unroll 16
-      for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_div_ps(acc[v], count);
-    }
-    if (kOp == LimitOp::kMax && end == begin) {
-#pragma GCC unroll 16
-      for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_setzero_ps();
-    }
-    float* out = a.output + b * a.dim + first_col;
-#pragma GCC unroll 16
-    for (int v = 0; v < kBlock; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
   }
+  if constexpr (kOp == LimitOp::kMean) {
+    const __m256 count = _mm256_set1_ps(static_cast<float>(end > begin ? end - begin : 1));
+#pragma GCC unroll 16
+    for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_div_ps(acc[v], count);
+  }
+  if (kOp == LimitOp::kMax && end == begin) {
+#pragma GCC unroll 16
+    for (int v = 0; v < kBlock; ++v) acc[v] = _mm256_setzero_ps();
+  }
+  float* out = a.output + b * a.dim + first_col;
+#pragma GCC unroll 16
+  for (int v = 0; v < kBlock; ++v) _mm256_storeu_ps(out + 8 * v, acc[v]);
 }
 
+// Bag by bag, each bag's column blocks in turn, so a block after the first finds the bag's rows
+// (and indices) in L1. (Walking every bag per block, the loop re-read each row from L3: on the
+// Zen 5 host D=256 and 512 sum took 113 and 231 us where this order takes 97 and 196.)
 template <int kDim, LimitOp kOp>
 void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
   constexpr int kVecs = kDim / 8;
   constexpr int kMaxBlock = kOp == LimitOp::kWeightedSum ? 8 : 16;
   constexpr int kBlock = kVecs < kMaxBlock ? kVecs : kMaxBlock;
   static_assert(kVecs % kBlock == 0, "the column blocks must tile the row");
-  for (int64_t col = 0; col < kDim; col += 8 * kBlock)
-    gather_block<kBlock, kOp>(a, bag_begin, bag_end, col);
+  for (int64_t b = bag_begin; b < bag_end; ++b) {
+    const int64_t begin = a.offsets[b];
+    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
+    for (int64_t col = 0; col < kDim; col += 8 * kBlock) gather_block<kBlock, kOp>(a, b, begin, end, col);
+  }
 }
 
 // The loop as run_limit_loop (gather_limit_dispatch.hpp) calls it.
