@@ -39,14 +39,16 @@ struct LimitArgs {
   /// loop's ISA (set_limit_prefetch in limit_select.hpp), so the limit prefetches as the
   /// kernels do beyond the private cache.
   int64_t prefetch_distance = 16;
+  /// Sum, mean and weighted sum prefetch only the head of each row, as the kernels do where it
+  /// pays (set_limit_prefetch; limit_prefetch_bytes).
+  bool prefetch_head = false;
 };
 
-/// Bytes of a column block spanning `block_bytes` of a `dim`-float row that the AVX2 loop
-/// prefetches for `op`: the AVX2 kernels' head-of-row rule for sum, mean and weighted sum
-/// (jit::embag_prefetch_head_bytes; on the AVX2 host it beat prefetching every line by up to
-/// 20 %, so a loop without it would not be a limit), every line for max. Defined in
-/// limit_select.cpp (ordinary flags), called once per column block.
-int64_t limit_avx2_prefetch_bytes(LimitOp op, int64_t dim, int64_t block_bytes);
+/// Bytes of a column block spanning `block_bytes` of a row that a limit loop prefetches: the
+/// kernels' head-of-row rule (jit::embag_prefetch_head_bytes) when args.prefetch_head and the op
+/// is not max, else the whole block. Defined in limit_select.cpp (ordinary flags), called once
+/// per column block.
+int64_t limit_prefetch_bytes(const LimitArgs& args, int64_t block_bytes);
 
 // Each computes bags [bag_begin, bag_end) of `args` on the calling thread and returns true, or
 // returns false (computing nothing) for a dim it has no specialisation for, or when the build

@@ -23,7 +23,7 @@ namespace {
 // Columns [first_col, first_col + kBlock * 8) of bag b, whose indices are [begin, end).
 template <int kBlock, LimitOp kOp>
 void gather_block(const LimitArgs& a, int64_t b, int64_t begin, int64_t end, int64_t first_col) {
-  const int64_t prefetch_lines = (limit_avx2_prefetch_bytes(kOp, a.dim, kBlock * 32) + 63) / 64;
+  const int64_t prefetch_lines = (limit_prefetch_bytes(a, kBlock * 32) + 63) / 64;
   const int64_t last = a.num_indices - 1;
   const float* table = a.table + first_col;
   __m256 acc[kBlock];
@@ -34,7 +34,7 @@ void gather_block(const LimitArgs& a, int64_t b, int64_t begin, int64_t end, int
   for (int64_t i = begin; i < end; ++i) {
     // The prefetch follows the global index stream, so it runs ahead across bag boundaries;
     // it fetches this block's lines only (the other blocks fetch theirs on their pass), or
-    // their head (limit_avx2_prefetch_bytes).
+    // their head (limit_prefetch_bytes).
     const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
     const char* next = reinterpret_cast<const char*>(table + a.indices[ahead] * a.row_stride);
     for (int64_t l = 0; l < prefetch_lines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);

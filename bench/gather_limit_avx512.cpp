@@ -16,11 +16,12 @@ namespace shapejit::bench {
 namespace {
 
 // One bag range at compile-time width kDim: kDim / 16 accumulators live in zmm registers for
-// the whole bag; every gathered row is kDim / 16 loads folded into the arithmetic.
-template <int kDim, LimitOp kOp>
+// the whole bag; every gathered row is kDim / 16 loads folded into the arithmetic, and the row
+// `prefetch_distance` positions ahead gets kLines prefetches (unrolled: with a run-time count
+// GCC 12 dropped the prefetches from this loop altogether).
+template <int kDim, LimitOp kOp, int kLines>
 void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
   constexpr int kVecs = kDim / 16;
-  constexpr int kLinesPerRow = kDim * 4 / 64;
   const int64_t last = a.num_indices - 1;
   for (int64_t b = bag_begin; b < bag_end; ++b) {
     const int64_t begin = a.offsets[b];
@@ -35,7 +36,7 @@ void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
       const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
       const char* next = reinterpret_cast<const char*>(a.table + a.indices[ahead] * a.row_stride);
 #pragma GCC unroll 32
-      for (int l = 0; l < kLinesPerRow; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+      for (int l = 0; l < kLines; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
       const float* row = a.table + a.indices[i] * a.row_stride;
       if constexpr (kOp == LimitOp::kWeightedSum) {
         const __m512 w = _mm512_set1_ps(a.per_sample_weights[i]);
@@ -70,10 +71,16 @@ void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
 }
 
 // The loop as run_limit_loop (gather_limit_dispatch.hpp) calls it.
+// The lines per row are the whole row's, or the head rule's half or quarter of them
+// (limit_prefetch_bytes; jit::embag_prefetch_head_bytes).
 struct Loop {
   template <int kDim, LimitOp kOp>
   static void run(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-    gather_bags<kDim, kOp>(a, bag_begin, bag_end);
+    constexpr int kWhole = kDim * 4 / 64, kHalf = (kWhole + 1) / 2, kQuarter = (kWhole + 3) / 4;
+    const int64_t lines = (limit_prefetch_bytes(a, kDim * 4) + 63) / 64;
+    if (lines == kHalf) gather_bags<kDim, kOp, kHalf>(a, bag_begin, bag_end);
+    else if (lines == kQuarter) gather_bags<kDim, kOp, kQuarter>(a, bag_begin, bag_end);
+    else gather_bags<kDim, kOp, kWhole>(a, bag_begin, bag_end);
   }
 };
 

@@ -31,15 +31,16 @@ LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
   return loop;
 }
 
-int64_t limit_avx2_prefetch_bytes(LimitOp op, int64_t dim, int64_t block_bytes) {
-  if (op == LimitOp::kMax) return block_bytes;
-  return jit::embag_prefetch_head_bytes(dim * int64_t(sizeof(float)), block_bytes);
+int64_t limit_prefetch_bytes(const LimitArgs& args, int64_t block_bytes) {
+  if (!args.prefetch_head || args.op == LimitOp::kMax) return block_bytes;
+  return jit::embag_prefetch_head_bytes(args.dim * int64_t(sizeof(float)), block_bytes);
 }
 
 void set_limit_prefetch(LimitArgs& args, jit::Isa isa, int64_t num_rows) {
   const int64_t row_bytes = args.dim * int64_t(sizeof(float));
-  args.prefetch_distance =
-      rt::uncached_prefetch_distance(isa, row_bytes, num_rows, args.row_stride * int64_t(sizeof(float)));
+  const int64_t stride_bytes = args.row_stride * int64_t(sizeof(float));
+  args.prefetch_distance = rt::uncached_prefetch_distance(isa, row_bytes, num_rows, stride_bytes);
+  args.prefetch_head = rt::row_head_prefetch_pays(isa, num_rows, stride_bytes);
 }
 
 bool limit_dim_supported(int64_t dim) {

@@ -37,12 +37,16 @@ struct EmbagKey {
   DType index = DType::kI64;
   DType offset = DType::kI64;
   int prefetch = 16;       ///< software prefetch distance in indices (0 = none)
+  /// Prefetch only the head of each row (embag_prefetch_head_bytes) instead of every line:
+  /// f32 tables, sum and mean rows (weighted too), prefetch > 0. The runtime's prefetch policy
+  /// sets it per host class (runtime/embag_kernel_call.cpp).
+  bool prefetch_head = false;
 
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).
   DType index_out() const { return index == offset ? index : DType::kI64; }
   bool operator==(const EmbagKey&) const = default;
-  /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, and `.pfN` when
-  /// prefetch != 16; the generic kernel is `dgen`).
+  /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, `.pfN` when
+  /// prefetch != 16 and `.head` for prefetch_head; the generic kernel is `dgen`).
   std::string name() const;
 };
 

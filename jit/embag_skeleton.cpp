@@ -340,8 +340,8 @@ void EmbagSkeleton::emit_row_head(const EmbagBlock& blk, bool first_block, const
 // Prefetches this block's bytes of the row `prefetch` positions ahead. The index array is never
 // read past its end: the clamped copy clamps the position to the last index; the other runs only
 // bags whose positions + prefetch stay within it (emit_bag_bounds). The last block also covers
-// a quantized row's trailer (scale and bias). Back ends with prefetch_row_head_ prefetch only
-// the head of an f32 row's block in sum rows (sum, mean, weighted).
+// a quantized row's trailer (scale and bias). A key with prefetch_head prefetches only the head
+// of the block (f32 sum and mean rows; embag_key_unsupported_reason refuses it elsewhere).
 void EmbagSkeleton::emit_prefetch(const EmbagBlock& blk) {
   if (clamp_prefetch_) {
     gp_add(G::kScratch, G::kPos, key_.prefetch);
@@ -355,8 +355,7 @@ void EmbagSkeleton::emit_prefetch(const EmbagBlock& blk) {
   const int64_t end = std::min(key_.dim, (blk.first_vec + blk.num_vecs) * lanes_);
   int64_t len = embag_col_bytes(key_.table, end) - embag_col_bytes(key_.table, first);
   if (end == key_.dim) len += embag_row_trailer_bytes(key_.table);
-  if (prefetch_row_head_ && key_.mode != Mode::kMax && key_.table == DType::kF32)
-    len = embag_prefetch_head_bytes(embag_col_bytes(key_.table, key_.dim), len);
+  if (key_.prefetch_head) len = embag_prefetch_head_bytes(embag_col_bytes(key_.table, key_.dim), len);
   prefetch_row(row_disp(first), len);
 }
 

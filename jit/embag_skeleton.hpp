@@ -259,13 +259,6 @@ class EmbagSkeleton : protected KernelEmitter {
   /// equal within noise with it busy (the row's demand loads no longer queue behind the
   /// prefetches of a row `prefetch` positions ahead). Max rows keep the head.
   bool prefetch_after_row_ = false;
-  /// Sum rows (weighted, mean) of f32 tables prefetch only the head of the row
-  /// (embag_prefetch_head_bytes) instead of every line. Set by back ends where that measured
-  /// faster: AVX2 on the EPYC host, +6-22 % at D = 32..192 for sum, mean and weighted. Slower row
-  /// loops keep every line: max (lost 5-10 % at D=64), f16 and bf16 (the conversion; lost
-  /// 2-6 % at D = 128..256, equal at D=64), and quantized rows (not measured; their scale and
-  /// bias trail the row and are read first).
-  bool prefetch_row_head_ = false;
 };
 
 }  // namespace shapejit::jit

@@ -45,6 +45,11 @@ int64_t last_level_cache_bytes();
 /// beyond it; 16 on NEON. The benchmark's limit loops prefetch by it as well.
 int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes);
 
+/// Whether prefetching only the head of each row pays on `isa` for a table of `num_rows` rows
+/// `row_stride_bytes` apart (f32 sum and mean rows; EmbagKey::prefetch_head): on AVX2 always, on
+/// AVX-512 for a table within half of L3, elsewhere never. The benchmark's limit loops follow it.
+bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes);
+
 /// Kernel arguments for every bag [0, B) of a planned call, writing into the given outputs
 /// (offsets are the plan's spans; mapping is set for pruned tables).
 jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& plan, void* output, void* offset2bag,

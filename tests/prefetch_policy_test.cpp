@@ -23,9 +23,10 @@ using shapejit::rt::make_embag_key;
 using shapejit::rt::last_level_cache_bytes;
 using shapejit::rt::private_cache_bytes;
 
-// A valid sum call over `rows` x `dim` (rows row_stride apart) that reads only row 0.
-int key_prefetch(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::Isa isa = shapejit::jit::Isa::kAvx2,
-                 shapejit_dtype table = SHAPEJIT_F32, shapejit_mode mode = SHAPEJIT_SUM) {
+// The API's key for a valid call over `rows` x `dim` (rows row_stride apart) that reads only
+// row 0.
+shapejit::jit::EmbagKey api_key(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::Isa isa,
+                                shapejit_dtype table, shapejit_mode mode) {
   static const float value = 1.0f;
   static const int64_t index = 0, offset = 0;
   shapejit_embedding_bag_args a{};
@@ -41,7 +42,17 @@ int key_prefetch(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::I
   a.offset_dtype = SHAPEJIT_I64;
   a.num_offsets = 1;
   a.mode = mode;
-  return make_embag_key(shapejit::rt::plan_embedding_bag(a), isa).prefetch;
+  return make_embag_key(shapejit::rt::plan_embedding_bag(a), isa);
+}
+
+int key_prefetch(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::Isa isa = shapejit::jit::Isa::kAvx2,
+                 shapejit_dtype table = SHAPEJIT_F32, shapejit_mode mode = SHAPEJIT_SUM) {
+  return api_key(rows, dim, row_stride, isa, table, mode).prefetch;
+}
+
+bool key_head(int64_t rows, int64_t dim, shapejit::jit::Isa isa, shapejit_mode mode = SHAPEJIT_SUM,
+              shapejit_dtype table = SHAPEJIT_F32) {
+  return api_key(rows, dim, dim, isa, table, mode).prefetch_head;
 }
 
 TEST_CASE("prefetch follows the table's size against the private cache") {
@@ -126,7 +137,40 @@ int64_t prefetches_in_listing(const shapejit::jit::EmbagKey& key) {
 
 }  // namespace
 
-TEST_CASE("AVX2 sum rows prefetch the head of an f32 row; max, f16, quantized rows and AVX-512 every line") {
+TEST_CASE("head-of-row prefetch: f32 sum and mean rows on AVX2, and on AVX-512 for a table within half of L3") {
+  if (std::getenv("SHAPEJIT_PREFETCH_DISTANCE")) {
+    MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_DISTANCE is set and fixes the distance for every call");
+    return;
+  }
+  using shapejit::jit::Isa;
+  const int64_t big = int64_t(1) << 30;  // rows of a table beyond any L3
+  CHECK(key_head(big, 128, Isa::kAvx2));
+  CHECK(key_head(big, 128, Isa::kAvx2, SHAPEJIT_MEAN));
+  CHECK_FALSE(key_head(big, 128, Isa::kAvx2, SHAPEJIT_MAX));
+  CHECK_FALSE(key_head(big, 128, Isa::kAvx2, SHAPEJIT_SUM, SHAPEJIT_F16));
+  CHECK_FALSE(key_head(big, 128, Isa::kAvx512));  // beyond L3: every line
+  CHECK_FALSE(key_head(big, 128, Isa::kNeon));
+  const int64_t in_l3_rows = shapejit::rt::last_level_cache_bytes() / 2 / 512;
+  if (in_l3_rows * 512 > private_cache_bytes() / 2) {
+    CHECK(key_head(in_l3_rows, 128, Isa::kAvx512));
+    CHECK_FALSE(key_head(in_l3_rows + 1, 128, Isa::kAvx512));
+    CHECK_FALSE(key_head(in_l3_rows, 128, Isa::kAvx512, SHAPEJIT_MAX));
+  } else {
+    MESSAGE("SKIPPED (AVX-512 in L3): half of L3 is within half of L2 on this host");
+  }
+  CHECK_FALSE(key_head(16, 128, Isa::kAvx2));  // a cached table: no prefetch at all
+  // The key names it, and no generator takes it where it is not defined.
+  shapejit::jit::EmbagKey key = api_key(big, 128, 128, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_SUM);
+  CHECK(key.name() == "embag.avx2.f32.d128.sum.i64.o64.pf12.head");
+  CHECK(shapejit::jit::parse_embag_key(key.name()) == key);
+  key.mode = shapejit::Mode::kMax;
+  CHECK(shapejit::jit::embag_key_unsupported_reason(key).has_value());
+  key.mode = shapejit::Mode::kSum;
+  key.prefetch = 0;
+  CHECK(shapejit::jit::embag_key_unsupported_reason(key).has_value());
+}
+
+TEST_CASE("a head-of-row key prefetches the head of an f32 row; other keys every line") {
   using shapejit::jit::embag_prefetch_head_bytes;
   // Rows of up to 6 lines: the first quarter of the lines, at least one.
   CHECK(embag_prefetch_head_bytes(32, 32) == 32);     // less than a line: the row
@@ -146,11 +190,17 @@ TEST_CASE("AVX2 sum rows prefetch the head of an f32 row; max, f16, quantized ro
   shapejit::jit::EmbagKey key;
   key.isa = shapejit::jit::Isa::kAvx2;
   key.dim = 64;  // 4 lines
+  CHECK(prefetches_in_listing(key) == 2 * 4);
+  key.prefetch_head = true;
   CHECK(prefetches_in_listing(key) == 2 * 1);
   key.dim = 128;  // 8 lines
   CHECK(prefetches_in_listing(key) == 2 * 4);
   key.mode = shapejit::Mode::kMean;
   CHECK(prefetches_in_listing(key) == 2 * 4);
+  key.isa = shapejit::jit::Isa::kAvx512;
+  CHECK(prefetches_in_listing(key) == 2 * 4);
+  key.isa = shapejit::jit::Isa::kAvx2;
+  key.prefetch_head = false;
   key.mode = shapejit::Mode::kMax;  // every line: 4 per row where a 1-line row has 1
   key.dim = 16;
   const int64_t max_one_line = prefetches_in_listing(key);

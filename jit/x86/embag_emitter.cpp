@@ -43,10 +43,8 @@ X86EmbagEmitter::X86EmbagEmitter(const EmbagKey& key, CodeHolder& code)
       gp_(RegGroup::kGp, std::vector<uint32_t>(std::begin(kGpOrder), std::end(kGpOrder))),
       vecs_(RegGroup::kVec, id_range(0, t_.num_regs)),
       kregs_(RegGroup::kX86_K, id_range(1, 8)) {
-  // Measured on the AVX2 host class only (an EPYC VM); AVX-512 keeps the order and the whole-row
-  // prefetch it was tuned with.
+  // Measured on the AVX2 host class only (an EPYC VM); AVX-512 keeps the order it was tuned with.
   prefetch_after_row_ = key.isa == Isa::kAvx2;
-  prefetch_row_head_ = key.isa == Isa::kAvx2;
 }
 
 void X86EmbagEmitter::check_isa() const {
