@@ -18,7 +18,7 @@ using jit::EmbagKey;
 using jit::Isa;
 
 constexpr const char* kKeyFormat =
-    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>], "
+    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head], "
     "e.g. embag.avx512.f32.d128.sum.i64.o64 or embag.avx2.q4.d128.max.i32.o32.outbf16";
 
 /// The flags as CLI11 parsed them; turned into an EmbagKey by make_key().
@@ -36,6 +36,7 @@ struct EmbagFlags {
   bool padding = false;
   bool pruned = false;
   int prefetch = 16;
+  bool prefetch_head = false;
   DumpOptions dump;
   std::vector<const CLI::Option*> key_flags;  // the flags --key replaces, to reject mixing them
 };
@@ -105,6 +106,7 @@ EmbagKey make_key(const EmbagFlags& f) {
   key.index = int_from(f.index);
   key.offset = int_from(f.offset);
   key.prefetch = f.prefetch;
+  key.prefetch_head = f.prefetch_head;
   require_generated(key, "embedding-bag: " + key.name());
   return key;
 }
@@ -164,6 +166,9 @@ Command add_embedding_bag_command(CLI::App& parent) {
   shape.push_back(app->add_option("--prefetch", flags->prefetch,
                                   "Software prefetch distance in indices; 0 turns prefetching off (default 16)")
                       ->check(int_in(0, 1 << 20)));
+  shape.push_back(app->add_flag("--prefetch-head", flags->prefetch_head,
+                                "Prefetch only the head of each row (f32 sum and mean rows; the engine's choice on AVX2, "
+                                "and on AVX-512 for a table within half of L3)"));
   flags->key_flags.assign(shape.begin(), shape.end());
 
   add_dump_options(*app, flags->dump);
