@@ -199,7 +199,7 @@ void EmbagSkeleton::emit_block(const EmbagBlock& blk, bool first_block) {
   load_int(G::kPos, SJ_EMBAG_FIELD(offsets), G::kBag, key_.offset);
   // The bag's offset2bag entries in vector stores before its rows (a store per row measured
   // 4-6 % of mean and max at D = 32..64 on the Zen 5 host); acc(0) is zeroed below.
-  if (first_block && writes_offset2bag()) fill_offset2bag(acc(0));
+  if (first_block && writes_offset2bag()) emit_offset2bag_fill(acc(0));
   if (first_block && counts() && !counts_in_loop()) gp_sub(G::kCount, G::kEnd, G::kPos);
   // +0.0 starts the sums; for max, 0.0 and row id 0 are what an empty bag stores.
   for (int64_t j = 0; j < blk.num_vecs; ++j) {
@@ -409,6 +409,34 @@ void EmbagSkeleton::emit_store(const EmbagBlock& blk) {
     store_output(acc(j), v * lanes_, vec_cols(v));
   }
   if (key_.mode == Mode::kMax) store_max_ids(blk);
+}
+
+// offset2bag[p] = kBag for every position p in [kPos, kEnd) (padding and pruned positions
+// included): whole registers of the bag id while a register's worth is left, then one register
+// ending at kEnd that overlaps entries already written (it stays within the bag); a bag shorter
+// than a register entry by entry. Clobbers kScratch, kRow and vector `tmp`.
+void EmbagSkeleton::emit_offset2bag_fill(uint32_t tmp) {
+  const int64_t n = offset2bag_lanes();
+  const G p = G::kScratch, last = G::kRow;  // last: where the last whole register starts
+  Label vectors = e_->newLabel(), single = e_->newLabel(), one = e_->newLabel(), done = e_->newLabel();
+  broadcast_bag(tmp);
+  gp_add(p, G::kPos, 0);
+  gp_add(last, G::kEnd, -n);
+  branch(EmbagCond::kGt, p, EmbagSrc::of(last), single);
+  e_->bind(vectors);
+  store_bag_vector(tmp, p);
+  gp_add(p, p, n);
+  branch(EmbagCond::kGe, last, EmbagSrc::of(p), vectors);
+  branch(EmbagCond::kGe, p, EmbagSrc::of(G::kEnd), done);
+  store_bag_vector(tmp, last);
+  jump(done);
+  e_->bind(single);  // fewer than n positions, maybe none
+  branch(EmbagCond::kGe, p, EmbagSrc::of(G::kEnd), done);
+  e_->bind(one);
+  store_offset2bag_at(p);
+  gp_add(p, p, 1);
+  branch(EmbagCond::kLt, p, EmbagSrc::of(G::kEnd), one);
+  e_->bind(done);
 }
 
 // bag_size[bag] (mean, max) and max_indices[bag] (mean) hold the count.

@@ -172,9 +172,12 @@ class EmbagSkeleton : protected KernelEmitter {
   virtual void branch_if_wide_id(const Label& target) = 0;
 
   // --- Primitives: rows, prefetch, pruning ------------------------------------------------------
-  /// offset2bag[p] = kBag for every position p in [kPos, kEnd) (the bag's whole range, padding
-  /// and pruned positions included), in vector stores; clobbers kScratch, kRow and vector `tmp`.
-  virtual void fill_offset2bag(uint32_t tmp) = 0;
+  /// offset2bag entries one vector register holds (emit_offset2bag_fill).
+  virtual int64_t offset2bag_lanes() const = 0;
+  virtual void broadcast_bag(uint32_t vec) = 0;          ///< kBag in every offset2bag lane of vec
+  /// offset2bag[pos, pos + offset2bag_lanes()) = the lanes of vec (broadcast_bag).
+  virtual void store_bag_vector(uint32_t vec, G pos) = 0;
+  virtual void store_offset2bag_at(G pos) = 0;           ///< offset2bag[pos] = kBag
   /// kScratch = indices[pos + prefetch] (the position is known to be in range).
   virtual void load_index_ahead() = 0;
   /// dst = mapping[id] (int32, sign-extended); `tmp` is a role free at this point.
@@ -228,6 +231,7 @@ class EmbagSkeleton : protected KernelEmitter {
   void emit_max_update(const EmbagBlock& blk);
   void emit_store(const EmbagBlock& blk);
   void emit_bag_counts();
+  void emit_offset2bag_fill(uint32_t tmp);
   void use_path(bool wide_ids);
   void rebase(int64_t col);  // moves kWeight and kOut to column `col`
 

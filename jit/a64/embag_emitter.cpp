@@ -203,40 +203,17 @@ void A64EmbagEmitter::branch_if_wide_id(const Label& target) {
 
 // Rows, prefetch, pruning ---------------------------------------------------------------------------
 
-// As on x86: q registers of the bag id while a whole one fits, a last one ending at kEnd
-// (overlapping, within the bag), entry by entry for a bag shorter than a register.
-void A64EmbagEmitter::fill_offset2bag(uint32_t tmp) {
-  const a64::Gp p = gp(G::kScratch), last = gp(G::kRow), end = gp(G::kEnd), bag = gp(G::kBag);
-  const int64_t n = 16 / out_size();
-  const uint32_t shift = out_size() == 4 ? 2 : 3;
-  if (out_size() == 4) a_.dup(a64::v(tmp).s4(), a64::w(bag.id()));
-  else a_.dup(a64::v(tmp).d2(), bag);
-  Label vectors = a_.newLabel(), single = a_.newLabel(), done = a_.newLabel();
-  a_.mov(p, gp(G::kPos));
-  a_.sub(last, end, Imm(uint64_t(n)));  // the last whole register's start
-  a_.cmp(p, last);
-  a_.b_gt(single);
-  a_.bind(vectors);
-  a_.add(rowp_, o2b_, p, a64::lsl(shift));
-  a_.str(a64::v(tmp), a64::ptr(rowp_));  // the whole q register
-  a_.add(p, p, Imm(uint64_t(n)));
-  a_.cmp(p, last);
-  a_.b_le(vectors);
-  a_.cmp(p, end);
-  a_.b_ge(done);
-  a_.add(rowp_, o2b_, last, a64::lsl(shift));
-  a_.str(a64::v(tmp), a64::ptr(rowp_));  // the whole q register
-  a_.b(done);
-  a_.bind(single);  // fewer than n positions (maybe none)
-  a_.cmp(p, end);
-  a_.b_ge(done);
-  Label one = a_.newLabel();
-  a_.bind(one);
-  store_int_at(o2b_, G::kScratch, G::kBag);
-  a_.add(p, p, Imm(1));
-  a_.cmp(p, end);
-  a_.b_lt(one);
-  a_.bind(done);
+// The offset2bag fill's primitives (EmbagSkeleton::emit_offset2bag_fill).
+void A64EmbagEmitter::broadcast_bag(uint32_t vec) {
+  if (out_size() == 4) a_.dup(a64::v(vec).s4(), a64::w(gp(G::kBag).id()));
+  else a_.dup(a64::v(vec).d2(), gp(G::kBag));
+}
+
+// A q register has no element-scaled index form: the address goes through rowp_, free before
+// the row loop.
+void A64EmbagEmitter::store_bag_vector(uint32_t vec, G pos) {
+  a_.add(rowp_, o2b_, gp(pos), a64::lsl(out_size() == 4 ? 2 : 3));
+  a_.str(a64::v(vec), a64::ptr(rowp_));  // the whole q register
 }
 
 void A64EmbagEmitter::load_index_ahead() {

@@ -57,7 +57,10 @@ class A64EmbagEmitter final : public EmbagSkeleton {
   void branch_if_wide_id(const Label& target) override;
 
   // Rows, prefetch, pruning.
-  void fill_offset2bag(uint32_t tmp) override;
+  int64_t offset2bag_lanes() const override { return 16 / out_size(); }
+  void broadcast_bag(uint32_t vec) override;
+  void store_bag_vector(uint32_t vec, G pos) override;
+  void store_offset2bag_at(G pos) override { store_int_at(o2b_, pos, G::kBag); }
   void load_index_ahead() override;
   void map_row(G dst, G id, G tmp) override;
   void prefetch_row(int64_t begin, int64_t len) override;

@@ -9,51 +9,24 @@ namespace shapejit::jit {
 
 using namespace asmjit;
 
-// Whole vectors of the bag id from kPos while n positions are left; a remainder is covered by
-// one more vector ending at kEnd, overlapping entries already written (it stays within the
-// bag). A bag shorter than a vector is written entry by entry.
-void X86EmbagEmitter::fill_offset2bag(uint32_t tmp) {
-  const x86::Gp p = gp(G::kScratch), last = gp(G::kRow), end = gp(G::kEnd), bag = gp(G::kBag);
-  const x86::Vec v = vec(tmp);
-  const int64_t n = t_.bytes / out_size();
-  const uint32_t shift = out_size() == 4 ? 2 : 3;
-  auto store = [&](const x86::Gp& pos) {
-    if (t_.avx512) a_.vmovdqu64(x86::ptr(o2b_, pos, shift), v);
-    else a_.vmovdqu(x86::ptr(o2b_, pos, shift), v);
-  };
+// The offset2bag fill's primitives (EmbagSkeleton::emit_offset2bag_fill).
+void X86EmbagEmitter::broadcast_bag(uint32_t vec_id) {
+  const x86::Vec v = vec(vec_id);
+  const x86::Gp bag = gp(G::kBag);
   if (t_.avx512) {
     if (out_size() == 4) a_.vpbroadcastd(v, bag.r32());
     else a_.vpbroadcastq(v, bag);
-  } else {
-    a_.vmovq(v.xmm(), bag);
-    if (out_size() == 4) a_.vpbroadcastd(v, v.xmm());
-    else a_.vpbroadcastq(v, v.xmm());
+    return;
   }
-  Label vectors = a_.newLabel(), single = a_.newLabel(), done = a_.newLabel();
-  a_.mov(p, gp(G::kPos));
-  a_.lea(last, x86::ptr(end, static_cast<int32_t>(-n)));  // the last whole vector's start
-  a_.cmp(p, last);
-  a_.jg(single);
-  a_.bind(vectors);
-  store(p);
-  a_.add(p, static_cast<int32_t>(n));
-  a_.cmp(p, last);
-  a_.jle(vectors);
-  a_.cmp(p, end);
-  a_.jge(done);
-  store(last);
-  a_.jmp(done);
-  a_.bind(single);  // fewer than n positions (maybe none)
-  a_.cmp(p, end);
-  a_.jge(done);
-  Label one = a_.newLabel();
-  a_.bind(one);
-  if (out_size() == 4) a_.mov(x86::dword_ptr(o2b_, p, 2), bag.r32());
-  else a_.mov(x86::qword_ptr(o2b_, p, 3), bag);
-  a_.inc(p);
-  a_.cmp(p, end);
-  a_.jl(one);
-  a_.bind(done);
+  a_.vmovq(v.xmm(), bag);  // AVX2 broadcasts from a vector register only
+  if (out_size() == 4) a_.vpbroadcastd(v, v.xmm());
+  else a_.vpbroadcastq(v, v.xmm());
+}
+
+void X86EmbagEmitter::store_bag_vector(uint32_t vec_id, G pos) {
+  const x86::Mem at = x86::ptr(o2b_, gp(pos), out_size() == 4 ? 2 : 3);
+  if (t_.avx512) a_.vmovdqu64(at, vec(vec_id));
+  else a_.vmovdqu(at, vec(vec_id));
 }
 
 // AVX2 tails read and write exactly the tail's bytes with 16/8/4-byte moves instead of
