@@ -4,7 +4,7 @@
 
 #include "jit/embag_plan.hpp"
 #include "jit/host_features.hpp"
-#include "runtime/embag_kernel_call.hpp"
+#include "runtime/prefetch_policy.hpp"
 #include "runtime/isa_select.hpp"
 
 namespace shapejit::bench {

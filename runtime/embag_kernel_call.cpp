@@ -3,94 +3,16 @@
 #include "runtime/embag_kernel_call.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 
 #include "jit/embag_plan.hpp"
 #include "ref/int_access.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/prefetch_policy.hpp"
 #include "runtime/validate.hpp"
 
 namespace shapejit::rt {
 namespace {
-
-/// How far ahead a kernel prefetches a table beyond the private cache: about `ahead_bytes` of
-/// rows, within [min, max] indices.
-struct PrefetchReach {
-  int64_t ahead_bytes;
-  int min, max;
-};
-
-// AVX2 hosts (measured on the AVX2 EPYC host, 4096-row f32 tables in L3, D = 32..512,
-// sum/mean/weighted, kernels alone against the limit loop): the best distance shrinks as rows
-// grow. With the other core idle, 4-8 indices won from D=128 up (16 lost 5-20 % at D >= 256);
-// with the other core busy, 12-16 won at D <= 128 (6 lost 7 % at D=128) while D=256 and 512
-// still wanted 6-8. About 6 KiB of row bytes ahead, within [6, 16] indices, is within 3 % of the
-// best in both states: 16 up to 256-byte rows (D <= 64), 12 at D=128, 6 from D=256.
-constexpr PrefetchReach kAvx2Reach{6144, 6, 16};
-
-// AVX-512 hosts (measured on the Zen 5 EPYC VM, f32 sum kernels alone, interleaved in one
-// process): where the rows come from decides. A table in L3 (4096 rows) wants about 8 KiB
-// ahead: D=512 ran 8-10 % faster at 6 indices than at 16, D=256 best at 8-12, D <= 128 at
-// 12-16 (24 lost 5 % at D=128). A table beyond L3 (1e6 rows) wants twice that: 32 indices won
-// 10-13 % over 16 at D=64 and 128, D=256 was best at 12-16 and D=512 at 8.
-constexpr PrefetchReach kAvx512ReachInL3{8192, 6, 16};
-constexpr PrefetchReach kAvx512ReachBeyondL3{16384, 6, 32};
-
-// NEON: 16 indices at every width, the distance first tuned on Zen 5 (no Arm host has measured
-// it).
-constexpr PrefetchReach kFixedReach{0, 16, 16};
-
-/// SHAPEJIT_PREFETCH_DISTANCE (0..1024) when set (tuning on another machine), else -1: the
-/// distance then follows the table (prefetch_distance).
-int prefetch_override() {
-  static const int distance = [] {
-    const char* text = std::getenv("SHAPEJIT_PREFETCH_DISTANCE");
-    if (!text || !*text) return -1;
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (*end != '\0' || v < 0 || v > 1024) {
-      std::fprintf(stderr, "shapejit: ignoring SHAPEJIT_PREFETCH_DISTANCE=%s (want 0..1024)\n", text);
-      return -1;
-    }
-    return int(v);
-  }();
-  return distance;
-}
-
-/// Software prefetch only pays for rows that come from beyond the core's private cache: a table
-/// that fits in half of L2 (the rest holds indices, outputs and the caller's data) stays there
-/// across calls, and there the prefetch's index load, multiply and clamp per row cost more than
-/// they hide (about 1.5x on a hot D=16 table on the AVX2 EPYC host), and they rule out two bags
-/// in flight (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch
-/// won again. Beyond that the distance is per host class (uncached_prefetch_distance).
-/// Max rows on AVX-512 prefetch a cached table too (the Zen 5 host, 1024-4096 rows x D=32, kernel
-/// alone: +5-16 %): their row loop is twice sum's, so the prefetch's cost hides, and max never
-/// runs two bags in flight anyway.
-int prefetch_distance(const EmbagCallPlan& p, jit::Isa isa) {
-  if (const int forced = prefetch_override(); forced >= 0) return forced;
-  // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
-  const int64_t budget = private_cache_bytes() / 2;
-  const bool cached = p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes;
-  if (cached && !(isa == jit::Isa::kAvx512 && p.mode == Mode::kMax)) return 0;
-  const int64_t row_bytes = jit::embag_col_bytes(p.table, p.dim) + jit::embag_row_trailer_bytes(p.table);
-  return uncached_prefetch_distance(isa, row_bytes, p.num_rows, p.row_stride_bytes);
-}
-
-/// Sum and mean rows of f32 tables prefetch only the head of each row (EmbagKey::prefetch_head,
-/// jit::embag_prefetch_head_bytes) where that measured faster, kernel alone: on AVX2 (the EPYC
-/// host) +6-22 % at D = 32..192 for sum, mean and weighted, tables in L3 and beyond (1e6 rows
-/// x D=128: +13 %); on AVX-512 (the Zen 5 host) +2-5 % at D = 64..128 for a table in L3, but
-/// beyond L3 the whole row won by 4-7 % (the lines not prefetched come from memory too late).
-/// Other rows keep every line: max (lost 5-10 % at D=64 on AVX2, nothing gained on AVX-512),
-/// f16 and bf16 (lost 2-6 % at D = 128..256 on AVX2), quantized rows (not measured; their scale
-/// and bias trail the row and are read first); NEON is not measured.
-bool prefetch_row_head(const EmbagCallPlan& p, jit::Isa isa, int prefetch) {
-  if (prefetch == 0 || p.table != DType::kF32 || p.mode == Mode::kMax) return false;
-  return row_head_prefetch_pays(isa, p.num_rows, p.row_stride_bytes);
-}
 
 // The ISAs that have an embedding-bag generator; others run the generic kernel.
 bool has_embag_generator(jit::Isa isa) {
@@ -110,51 +32,6 @@ void zero_counts(void* counts, int64_t n, size_t element_bytes) {
 
 }  // namespace
 
-int64_t private_cache_bytes() {
-  static const int64_t bytes = [] {
-    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return l2 > 0 ? int64_t(l2) : int64_t(512) << 10;
-  }();
-  return bytes;
-}
-
-int64_t last_level_cache_bytes() {
-  static const int64_t bytes = [] {
-    // sysfs gives the L3 the core shares (one CCD's on AMD); sysconf may give the socket's sum.
-    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
-      long kib = 0;
-      char unit = 0;
-      const int got = std::fscanf(f, "%ld%c", &kib, &unit);
-      std::fclose(f);
-      if (got == 2 && unit == 'K' && kib > 0) return int64_t(kib) << 10;
-    }
-    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return l3 > 0 ? int64_t(l3) : int64_t(32) << 20;
-  }();
-  return bytes;
-}
-
-namespace {
-
-// Half of L3, as half of L2 for the private cache: other cores and the call's other data share it.
-bool beyond_l3(int64_t num_rows, int64_t row_stride_bytes) {
-  return row_stride_bytes > 0 && num_rows > last_level_cache_bytes() / 2 / row_stride_bytes;
-}
-
-}  // namespace
-
-bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes) {
-  return isa == jit::Isa::kAvx2 || (isa == jit::Isa::kAvx512 && !beyond_l3(num_rows, row_stride_bytes));
-}
-
-int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes) {
-  const bool beyond = beyond_l3(num_rows, row_stride_bytes);
-  const PrefetchReach reach = isa == jit::Isa::kAvx2     ? kAvx2Reach
-                              : isa == jit::Isa::kAvx512 ? (beyond ? kAvx512ReachBeyondL3 : kAvx512ReachInL3)
-                                                         : kFixedReach;
-  return int(std::clamp<int64_t>(reach.ahead_bytes / std::max<int64_t>(row_bytes, 1), reach.min, reach.max));
-}
-
 jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   jit::EmbagKey key;
   key.isa = isa;
@@ -168,8 +45,9 @@ jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.pruned = p.pruned;
   key.index = p.index;
   key.offset = p.offset;
-  key.prefetch = prefetch_distance(p, isa);
-  key.prefetch_head = prefetch_row_head(p, isa, key.prefetch);
+  const EmbagPrefetch prefetch = embag_prefetch(p, isa);
+  key.prefetch = prefetch.distance;
+  key.prefetch_head = prefetch.row_head;
   return key;
 }
 

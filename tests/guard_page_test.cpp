@@ -23,6 +23,7 @@
 #include "ref/float16.hpp"
 #include "runtime/embag_kernel_call.hpp"
 #include "runtime/isa_select.hpp"
+#include "runtime/prefetch_policy.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
 

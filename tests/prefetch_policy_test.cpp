@@ -1,4 +1,4 @@
-// The prefetch rule of the API's kernel keys (runtime/embag_kernel_call.hpp): none for a table
+// The prefetch rule of the API's kernel keys (runtime/prefetch_policy.hpp): none for a table
 // that stays in the core's private cache, so a small hot table gets the kernel without per-row
 // prefetch work (and with two bags in flight); else the distance of the host class: on AVX2
 // about 6 KiB of row bytes ahead within [6, 16] indices; on AVX-512 8 KiB within [6, 16] for a
@@ -15,6 +15,7 @@
 #include "jit/embag_codegen.hpp"
 #include "jit/embag_plan.hpp"
 #include "runtime/embag_kernel_call.hpp"
+#include "runtime/prefetch_policy.hpp"
 #include "runtime/validate.hpp"
 
 namespace {
