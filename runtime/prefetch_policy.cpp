@@ -101,21 +101,31 @@ int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows
 
 namespace {
 
-/// Software prefetch only pays for rows that come from beyond the core's private cache: a table
-/// that fits in half of L2 (the rest holds indices, outputs and the caller's data) stays there
+/// The bytes within which a table counts as cached, so its kernel gets no software prefetch
+/// (0: none does). Software prefetch only pays for rows that come from beyond the core's
+/// private cache: a table that fits in half of L2 (the rest holds indices, outputs and the caller's data) stays there
 /// across calls, and there the prefetch's index load, multiply and clamp per row cost more than
 /// they hide (about 1.5x on a hot D=16 table on the AVX2 EPYC host), and they rule out two bags
 /// in flight (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch
 /// won again. Beyond that the distance is per host class (uncached_prefetch_distance).
-/// Max rows on AVX-512 prefetch a cached table too (the Zen 5 host, 1024-4096 rows x D=32, kernel
-/// alone: +5-16 %): their row loop is twice sum's, so the prefetch's cost hides, and max never
-/// runs two bags in flight anyway.
+///
+/// On AVX-512 (the Zen 5 host, kernel alone) the row loops that never pair bags gain from
+/// prefetch on smaller tables: max prefetches every table (1024-4096 rows x D=32: +5-16 %; its
+/// row loop is twice sum's, so the prefetch's cost hides), mean a table beyond a quarter of L2
+/// (4096 x 32 and 8192 x 16, half of L2: +7 %; 2048 x 32 even, 1024 x 32 -7 %).
+int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa) {
+  const int64_t l2 = private_cache_bytes();
+  if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMax) return 0;
+  if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMean) return l2 / 4;
+  return l2 / 2;
+}
+
 int distance_for(const EmbagCallPlan& p, jit::Isa isa) {
   if (const int forced = prefetch_override(); forced >= 0) return forced;
   // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
-  const int64_t budget = private_cache_bytes() / 2;
-  const bool cached = p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes;
-  if (cached && !(isa == jit::Isa::kAvx512 && p.mode == Mode::kMax)) return 0;
+  const int64_t budget = cached_table_bytes(p, isa);
+  const bool cached = budget > 0 && (p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes);
+  if (cached) return 0;
   const int64_t row_bytes = jit::embag_col_bytes(p.table, p.dim) + jit::embag_row_trailer_bytes(p.table);
   return uncached_prefetch_distance(isa, row_bytes, p.num_rows, p.row_stride_bytes);
 }

@@ -18,7 +18,7 @@ struct EmbagPrefetch {
 };
 
 /// The policy for a planned call on `isa`: no prefetch for a table within half the core's L2
-/// (rows stay cached; max on AVX-512 prefetches anyway), else uncached_prefetch_distance, and
+/// (rows stay cached; on AVX-512 max prefetches anyway and mean beyond a quarter of L2), else uncached_prefetch_distance, and
 /// the head of each row for f32 sum and mean rows where row_head_prefetch_pays.
 /// SHAPEJIT_PREFETCH_DISTANCE fixes the distance for every call.
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& plan, jit::Isa isa);

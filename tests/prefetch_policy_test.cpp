@@ -71,11 +71,18 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(4096, 1024, 1024) == 6);          // 16 MiB, 4 KiB rows: the AVX2 floor
   // The extent counts the stride, not just the values read: padded rows take cache too.
   CHECK(key_prefetch(half_rows, dim, 2 * dim) == 16);
-  // Max on AVX-512 prefetches a cached table as well; elsewhere max follows the rule.
+  // On AVX-512 max prefetches a cached table as well, and mean one beyond a quarter of L2;
+  // elsewhere they follow the rule.
   using shapejit::jit::Isa;
+  const int64_t quarter_rows = l2 / 4 / row_bytes;
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
-  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
+  CHECK(key_prefetch(1, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 16);
+  CHECK(key_prefetch(quarter_rows + 1, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 16);
+  CHECK(key_prefetch(quarter_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512) == 0);  // sum: half of L2, as everywhere
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MAX) == 0);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
   // A declared extent of 2^62 bytes (found by fuzz/: doubling it overflowed) is not cached.
   CHECK(key_prefetch(int64_t(1) << 42, int64_t(1) << 18, int64_t(1) << 18) == 6);
 }
