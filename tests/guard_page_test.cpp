@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include <asmjit/core.h>
+
+#include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
 #include "runtime/embag_kernel_call.hpp"
@@ -26,6 +29,7 @@
 #include "runtime/prefetch_policy.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
+#include "support/host_isas.hpp"
 
 namespace {
 
@@ -635,4 +639,71 @@ TEST_CASE("guard pages: f16, bf16 and packed Q8/Q4/Q2 rows whose last byte ends 
   }
   MESSAGE("guard pages: " << calls << " valid calls on f16/bf16/Q8/Q4/Q2 tables ending at a PROT_NONE page, no fault");
   shapejit_set_num_threads(0);
+}
+
+// offset2bag is filled a bag at a time in vector stores (EmbagSkeleton::emit_offset2bag_fill),
+// the last one overlapping back from the bag's end. With offset2bag between PROT_NONE pages, a
+// bag of every length around the register widths that ends the array (or starts it) must be
+// written without a store past either end.
+TEST_CASE("guard pages: offset2bag filled in vector stores stays within its array (every ISA, both edges)") {
+  constexpr int64_t kOther = 5, kLongest = 2 * 16 + 1, dim = 16;
+  const std::vector<float> table(size_t(4 * dim), 1.0f);
+  int64_t calls = 0;
+  for (Isa isa : shapejit::test::host_isas()) {
+    asmjit::JitRuntime rt;
+    for (shapejit::DType ids : {shapejit::DType::kI32, shapejit::DType::kI64}) {
+      const size_t id_bytes = ids == shapejit::DType::kI32 ? 4 : 8;
+      for (int variant = 0; variant < 3; ++variant) {  // the modes that write offset2bag
+        shapejit::jit::EmbagKey key;
+        key.isa = isa;
+        key.dim = dim;
+        key.mode = variant == 0 ? shapejit::Mode::kMean : variant == 1 ? shapejit::Mode::kMax : shapejit::Mode::kSum;
+        key.padding = variant == 2;
+        key.index = key.offset = ids;
+        key.prefetch = 0;
+        const auto kernel = shapejit::jit::generate_embag_kernel(key, rt);
+        for (Edge edge : {Edge::kEnd, Edge::kStart}) {
+          for (int64_t len = 0; len <= kLongest; ++len) {
+            // The bag of `len` indices ends the array (kEnd) or starts it (kStart).
+            const int64_t first = edge == Edge::kEnd ? kOther : len, n = kOther + len;
+            std::vector<int64_t> idx(size_t(n), 1), off{0, first};
+            FencedInts indices(idx, ids == shapejit::DType::kI32 ? SHAPEJIT_I32 : SHAPEJIT_I64, Edge::kEnd);
+            FencedInts offsets(off, ids == shapejit::DType::kI32 ? SHAPEJIT_I32 : SHAPEJIT_I64, Edge::kEnd);
+            FencedBuffer o2b(size_t(n) * id_bytes, edge);
+            std::vector<float> out(size_t(2 * dim));
+            std::vector<int64_t> bag_size(2), max_indices(size_t(2 * dim));
+            shapejit::jit::EmbagKernelArgs a{};
+            a.weight = table.data();
+            a.row_stride_bytes = dim * 4;
+            a.dim = dim;
+            a.indices = indices.mem.as<void>();
+            a.offsets = offsets.mem.as<void>();
+            a.num_offsets = 2;
+            a.num_indices = n;
+            a.padding_idx = 3;  // never among the indices
+            a.bag_begin = 0;
+            a.bag_end = 2;
+            a.output = out.data();
+            a.offset2bag = o2b.as<void>();
+            a.bag_size = bag_size.data();
+            a.max_indices = max_indices.data();
+            shapejit::test::note_direct_run(isa);
+            kernel.fn(&a);
+            ++calls;
+            for (int64_t i = 0; i < n; ++i) {
+              const int64_t got = id_bytes == 4 ? o2b.as<int32_t>()[i] : o2b.as<int64_t>()[i];
+              const int64_t want = i < first ? 0 : 1;
+              if (got != want) {
+                FAIL_CHECK(key.name() << ", bag of " << len << (edge == Edge::kEnd ? " ending" : " starting")
+                                      << " the array: offset2bag[" << i << "] = " << got << ", want " << want);
+                break;
+              }
+            }
+          }
+        }
+        rt.release(kernel.fn);
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " offset2bag fills against a PROT_NONE page, no fault");
 }
