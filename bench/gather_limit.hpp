@@ -2,7 +2,8 @@
 // hand-written gather loop (accumulators in vector registers, the row of the index
 // LimitArgs::prefetch_distance positions ahead prefetched) that measures what the memory
 // system allows. They are not embedding bags: no padding, no integer outputs, f32 tables and
-// int64 indices/offsets only, D a multiple of 16 in 16..512 (limit_dim_supported). limit_select.hpp picks the loop of an ISA for the running host.
+// int64 indices/offsets only, D a multiple of 16 in 16..512 (limit_dim_supported).
+// limit_select.hpp picks the loop of an ISA for the running host.
 //
 // One file per ISA (gather_limit_avx512.cpp, gather_limit_avx2.cpp, gather_limit_neon.cpp), each
 // compiled for its ISA alone. This header is shared between them and ordinary code, so it

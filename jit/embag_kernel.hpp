@@ -38,8 +38,8 @@ struct EmbagKey {
   DType offset = DType::kI64;
   int prefetch = 16;       ///< software prefetch distance in indices (0 = none)
   /// Prefetch only the head of each row (embag_prefetch_head_bytes) instead of every line:
-  /// f32 tables, sum and mean rows (weighted too), prefetch > 0. The runtime's prefetch policy
-  /// sets it per host class (runtime/embag_kernel_call.cpp).
+  /// f32 tables, sum and mean rows (weighted too), prefetch > 0 (embag_prefetch_head_defined).
+  /// The runtime's prefetch policy sets it per host class (runtime/prefetch_policy.hpp).
   bool prefetch_head = false;
 
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).

@@ -182,8 +182,8 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
 }
 
 size_t EmbagKeyHash::operator()(const EmbagKey& k) const noexcept {
-  // All fields but dim fit in 64 bits together (dtypes 4 bits each, flags 1, prefetch 32); dim gets
-  // its own 64-bit mix.
+  // All fields but dim fit in 64 bits together (dtypes 4 bits each, flags 1 bit, prefetch 32);
+  // dim gets its own 64-bit mix.
   uint64_t small = uint64_t(k.isa) | uint64_t(k.table) << 4 | uint64_t(k.mode) << 8 |
                    uint64_t(k.weighted) << 10 | uint64_t(k.padding) << 11 |
                    uint64_t(k.index) << 12 | uint64_t(k.offset) << 16 |

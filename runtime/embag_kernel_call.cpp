@@ -47,7 +47,7 @@ jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.offset = p.offset;
   const EmbagPrefetch prefetch = embag_prefetch(p, isa);
   key.prefetch = prefetch.distance;
-  key.prefetch_head = prefetch.row_head;
+  key.prefetch_head = prefetch.row_head && jit::embag_prefetch_head_defined(key);
   return key;
 }
 

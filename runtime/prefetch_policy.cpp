@@ -39,7 +39,7 @@ constexpr PrefetchReach kAvx512ReachBeyondL3{16384, 6, 32};
 constexpr PrefetchReach kFixedReach{0, 16, 16};
 
 /// SHAPEJIT_PREFETCH_DISTANCE (0..1024) when set (tuning on another machine), else -1: the
-/// distance then follows the table (distance_for).
+/// distance then follows the table (embag_prefetch).
 int prefetch_override() {
   static const int distance = [] {
     const char* text = std::getenv("SHAPEJIT_PREFETCH_DISTANCE");
@@ -87,27 +87,32 @@ int64_t last_level_cache_bytes() {
 }
 
 
-bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes) {
-  return isa == jit::Isa::kAvx2 || (isa == jit::Isa::kAvx512 && !beyond_l3(num_rows, row_stride_bytes));
-}
+namespace {
 
-int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes) {
-  const bool beyond = beyond_l3(num_rows, row_stride_bytes);
+// How far ahead on `isa` for rows of `row_bytes` from a table within half of L3 or beyond it.
+int distance_of(jit::Isa isa, int64_t row_bytes, bool beyond) {
   const PrefetchReach reach = isa == jit::Isa::kAvx2     ? kAvx2Reach
                               : isa == jit::Isa::kAvx512 ? (beyond ? kAvx512ReachBeyondL3 : kAvx512ReachInL3)
                                                          : kFixedReach;
   return int(std::clamp<int64_t>(reach.ahead_bytes / std::max<int64_t>(row_bytes, 1), reach.min, reach.max));
 }
 
-namespace {
+/// Prefetching only the head of each row (for the rows jit::embag_prefetch_head_defined admits)
+/// measured faster, kernel alone: on AVX2 (the EPYC host) +6-22 % at D = 32..192 for sum, mean
+/// and weighted, tables in L3 and beyond (1e6 rows x D=128: +13 %); on AVX-512 (the Zen 5 host)
+/// +2-5 % at D = 64..128 for a table in L3, but beyond L3 the whole row won by 4-7 % (the lines
+/// not prefetched come from memory too late); NEON is not measured.
+bool head_pays(jit::Isa isa, bool beyond) {
+  return isa == jit::Isa::kAvx2 || (isa == jit::Isa::kAvx512 && !beyond);
+}
 
 /// The bytes within which a table counts as cached, so its kernel gets no software prefetch
 /// (0: none does). Software prefetch only pays for rows that come from beyond the core's
-/// private cache: a table that fits in half of L2 (the rest holds indices, outputs and the caller's data) stays there
-/// across calls, and there the prefetch's index load, multiply and clamp per row cost more than
-/// they hide (about 1.5x on a hot D=16 table on the AVX2 EPYC host), and they rule out two bags
-/// in flight (jit/embag_plan.hpp, embag_pairs_bags). At a table of the whole L2 size prefetch
-/// won again. Beyond that the distance is per host class (uncached_prefetch_distance).
+/// private cache: a table that fits in half of L2 (the rest holds indices, outputs and the
+/// caller's data) stays there across calls, and there the prefetch's index load, multiply and
+/// clamp per row cost more than they hide (about 1.5x on a hot D=16 table on the AVX2 EPYC
+/// host), and they rule out two bags in flight (jit/embag_plan.hpp, embag_pairs_bags). At a
+/// table of the whole L2 size prefetch won again. Beyond that the distance is per host class.
 ///
 /// On AVX-512 (the Zen 5 host, kernel alone) the row loops that never pair bags gain from
 /// prefetch on smaller tables: max prefetches every table (1024-4096 rows x D=32: +5-16 %; its
@@ -120,35 +125,29 @@ int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa) {
   return l2 / 2;
 }
 
-int distance_for(const EmbagCallPlan& p, jit::Isa isa) {
-  if (const int forced = prefetch_override(); forced >= 0) return forced;
-  // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
-  const int64_t budget = cached_table_bytes(p, isa);
-  const bool cached = budget > 0 && (p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes);
-  if (cached) return 0;
-  const int64_t row_bytes = jit::embag_col_bytes(p.table, p.dim) + jit::embag_row_trailer_bytes(p.table);
-  return uncached_prefetch_distance(isa, row_bytes, p.num_rows, p.row_stride_bytes);
-}
-
-/// Sum and mean rows of f32 tables prefetch only the head of each row (EmbagKey::prefetch_head,
-/// jit::embag_prefetch_head_bytes) where that measured faster, kernel alone: on AVX2 (the EPYC
-/// host) +6-22 % at D = 32..192 for sum, mean and weighted, tables in L3 and beyond (1e6 rows
-/// x D=128: +13 %); on AVX-512 (the Zen 5 host) +2-5 % at D = 64..128 for a table in L3, but
-/// beyond L3 the whole row won by 4-7 % (the lines not prefetched come from memory too late).
-/// Other rows keep every line: max (lost 5-10 % at D=64 on AVX2, nothing gained on AVX-512),
-/// f16 and bf16 (lost 2-6 % at D = 128..256 on AVX2), quantized rows (not measured; their scale
-/// and bias trail the row and are read first); NEON is not measured.
-bool row_head_for(const EmbagCallPlan& p, jit::Isa isa, int prefetch) {
-  if (prefetch == 0 || p.table != DType::kF32 || p.mode == Mode::kMax) return false;
-  return row_head_prefetch_pays(isa, p.num_rows, p.row_stride_bytes);
-}
-
 }  // namespace
+
+bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes) {
+  return head_pays(isa, beyond_l3(num_rows, row_stride_bytes));
+}
+
+int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes) {
+  return distance_of(isa, row_bytes, beyond_l3(num_rows, row_stride_bytes));
+}
 
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& p, jit::Isa isa) {
   EmbagPrefetch out;
-  out.distance = distance_for(p, isa);
-  out.row_head = row_head_for(p, isa, out.distance);
+  const bool beyond = beyond_l3(p.num_rows, p.row_stride_bytes);
+  out.row_head = head_pays(isa, beyond);
+  if (const int forced = prefetch_override(); forced >= 0) {
+    out.distance = forced;
+    return out;
+  }
+  // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
+  const int64_t budget = cached_table_bytes(p, isa);
+  if (budget > 0 && (p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes)) return out;
+  const int64_t row_bytes = jit::embag_col_bytes(p.table, p.dim) + jit::embag_row_trailer_bytes(p.table);
+  out.distance = distance_of(isa, row_bytes, beyond);
   return out;
 }
 

@@ -11,16 +11,18 @@
 
 namespace shapejit::rt {
 
-/// What a call's kernel key carries of the policy (EmbagKey::prefetch, prefetch_head).
+/// The policy's answer for one call (the key's EmbagKey::prefetch and prefetch_head).
 struct EmbagPrefetch {
   int distance = 0;       ///< index positions ahead; 0 = no software prefetch
-  bool row_head = false;  ///< prefetch only the head of each row
+  /// Prefetching only the head of each row pays on this host class for this table; the key
+  /// takes it where jit::embag_prefetch_head_defined admits it.
+  bool row_head = false;
 };
 
 /// The policy for a planned call on `isa`: no prefetch for a table within half the core's L2
-/// (rows stay cached; on AVX-512 max prefetches anyway and mean beyond a quarter of L2), else uncached_prefetch_distance, and
-/// the head of each row for f32 sum and mean rows where row_head_prefetch_pays.
-/// SHAPEJIT_PREFETCH_DISTANCE fixes the distance for every call.
+/// (rows stay cached; on AVX-512 max prefetches anyway and mean beyond a quarter of L2), else
+/// uncached_prefetch_distance, and row_head_prefetch_pays. SHAPEJIT_PREFETCH_DISTANCE fixes the
+/// distance for every call.
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& plan, jit::Isa isa);
 
 /// Bytes of the core's private (L2) cache as the prefetch rule reads it (512 KiB where the
@@ -39,8 +41,8 @@ int64_t last_level_cache_bytes();
 int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes);
 
 /// Whether prefetching only the head of each row pays on `isa` for a table of `num_rows` rows
-/// `row_stride_bytes` apart (f32 sum and mean rows; EmbagKey::prefetch_head): on AVX2 always, on
-/// AVX-512 for a table within half of L3, elsewhere never. The benchmark's limit loops follow it.
+/// `row_stride_bytes` apart (for the rows jit::embag_prefetch_head_defined admits): on AVX2
+/// always, on AVX-512 for a table within half of L3, elsewhere never. The benchmark's limit loops follow it.
 bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes);
 
 }  // namespace shapejit::rt
