@@ -2,7 +2,7 @@
 //
 // Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head]
 // <table> is f32, f16, bf16, q8, q4 or q2. The generic kernel (dim 0) is `dgen`. Suffixes appear
-// only when they differ from the default, so every f32 key reads as before and as in design.md:
+// only when they differ from the default, so every f32 key reads as before:
 //   .w        weighted with the table's natural weight dtype (its own for f32/f16/bf16, f32 for
 //             quantized tables); .w<psw> (e.g. .wf16) with another one;
 //   .pruned   a compressed_indices_mapping;
