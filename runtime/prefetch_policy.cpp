@@ -11,6 +11,8 @@
 namespace shapejit::rt {
 namespace {
 
+constexpr int64_t kCacheLineBytes = 64;
+
 /// How far ahead a kernel prefetches a table beyond the private cache: about `ahead_bytes` of
 /// rows, within [min, max] indices.
 struct PrefetchReach {
@@ -118,10 +120,17 @@ bool head_pays(jit::Isa isa, bool beyond) {
 /// prefetch on smaller tables: max prefetches every table (1024-4096 rows x D=32: +5-16 %; its
 /// row loop is twice sum's, so the prefetch's cost hides), mean a table beyond a quarter of L2
 /// (4096 x 32 and 8192 x 16, half of L2: +7 %; 2048 x 32 even, 1024 x 32 -7 %).
-int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa) {
+///
+/// On AVX2 (AVX2 kernels on the Zen 4 host, 1 MiB L2, interleaved A/B) it depends on the row:
+/// rows of one cache line (D=16) keep the L2/2 rule (prefetch lost 5-18 % at 256 and 512 KiB),
+/// longer rows gained from it down to a quarter of L2: at half of L2 (4096 x 32, 2048 x 64)
+/// sum, mean and weighted +7-17 %, max +6-20 %; at a quarter (2048 x 32, 1024 x 64, 512 x 128)
+/// -3..+13 %, most cases +2-8 %. At an eighth (1024 x 32) no prefetch won by 3-8 %.
+int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa, int64_t row_bytes) {
   const int64_t l2 = private_cache_bytes();
   if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMax) return 0;
   if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMean) return l2 / 4;
+  if (isa == jit::Isa::kAvx2 && row_bytes > kCacheLineBytes) return l2 / 8;
   return l2 / 2;
 }
 
@@ -143,10 +152,10 @@ EmbagPrefetch embag_prefetch(const EmbagCallPlan& p, jit::Isa isa) {
     out.distance = forced;
     return out;
   }
-  // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
-  const int64_t budget = cached_table_bytes(p, isa);
-  if (budget > 0 && (p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes)) return out;
   const int64_t row_bytes = jit::embag_col_bytes(p.table, p.dim) + jit::embag_row_trailer_bytes(p.table);
+  // rows * stride <= budget, by division: a declared extent near 2^63 bytes must not overflow.
+  const int64_t budget = cached_table_bytes(p, isa, row_bytes);
+  if (budget > 0 && (p.row_stride_bytes <= 0 || p.num_rows <= budget / p.row_stride_bytes)) return out;
   out.distance = distance_of(isa, row_bytes, beyond);
   return out;
 }

@@ -1,5 +1,6 @@
 // The prefetch rule of the API's kernel keys (runtime/prefetch_policy.hpp): none for a table
-// that stays in the core's private cache, so a small hot table gets the kernel without per-row
+// that stays in the core's private cache (half of L2; on AVX2 an eighth for rows longer than a
+// line; on AVX-512 a quarter for mean and none for max), so a small hot table gets the kernel without per-row
 // prefetch work (and with two bags in flight); else the distance of the host class: on AVX2
 // about 6 KiB of row bytes ahead within [6, 16] indices; on AVX-512 8 KiB within [6, 16] for a
 // table within half of L3 and 16 KiB within [6, 32] beyond it; 16 on NEON. And what an AVX2
@@ -83,6 +84,14 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512) == 0);  // sum: half of L2, as everywhere
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MAX) == 0);
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
+  // On AVX2 rows longer than a cache line count as cached only within an eighth of L2.
+  const int64_t wide = 2 * dim, eighth_rows = l2 / 8 / (wide * 4);
+  for (shapejit_mode mode : {SHAPEJIT_SUM, SHAPEJIT_MEAN, SHAPEJIT_MAX}) {
+    CAPTURE(mode);
+    CHECK(key_prefetch(eighth_rows, wide, wide, Isa::kAvx2, SHAPEJIT_F32, mode) == 0);
+    CHECK(key_prefetch(eighth_rows + 1, wide, wide, Isa::kAvx2, SHAPEJIT_F32, mode) == 16);
+  }
+  CHECK(key_prefetch(eighth_rows + 1, wide, wide, Isa::kAvx512) == 0);  // AVX-512 sum: L2/2
   // A declared extent of 2^62 bytes (found by fuzz/: doubling it overflowed) is not cached.
   CHECK(key_prefetch(int64_t(1) << 42, int64_t(1) << 18, int64_t(1) << 18) == 6);
 }
