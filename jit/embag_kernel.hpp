@@ -38,7 +38,7 @@ struct EmbagKey {
   DType offset = DType::kI64;
   int prefetch = 16;       ///< software prefetch distance in indices (0 = none)
   /// Prefetch only the head of each row (embag_prefetch_head_bytes) instead of every line:
-  /// f32 tables, sum and mean rows (weighted too), prefetch > 0 (embag_prefetch_head_defined).
+  /// f32 tables, prefetch > 0 (embag_prefetch_head_defined).
   /// The runtime's prefetch policy sets it per host class (runtime/prefetch_policy.hpp).
   bool prefetch_head = false;
 

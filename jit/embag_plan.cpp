@@ -44,7 +44,7 @@ std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key) {
   if (key.prefetch < 0 || key.prefetch > (1 << 20))
     return "prefetch distance " + std::to_string(key.prefetch) + " is outside [0, 2^20]";
   if (key.prefetch_head && !embag_prefetch_head_defined(key))
-    return "prefetching the head of a row is defined for f32 tables in sum and mean rows with a prefetch distance";
+    return "prefetching the head of a row is defined for f32 tables with a prefetch distance";
   if ((key.index != DType::kI32 && key.index != DType::kI64) ||
       (key.offset != DType::kI32 && key.offset != DType::kI64))
     return "index and offset types must be i32 or i64";
@@ -52,7 +52,7 @@ std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key) {
 }
 
 bool embag_prefetch_head_defined(const EmbagKey& key) {
-  return key.prefetch > 0 && key.mode != Mode::kMax && key.table == DType::kF32;
+  return key.prefetch > 0 && key.table == DType::kF32;
 }
 
 int64_t embag_col_bytes(DType table, int64_t cols) {

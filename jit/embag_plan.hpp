@@ -22,11 +22,10 @@ struct EmbagBlock {
 /// nullopt when they all may; the ISA and CodeHolder checks stay with each emitter.
 std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key);
 
-/// Whether a key may prefetch only the head of each row (EmbagKey::prefetch_head): f32 tables,
-/// sum and mean rows (weighted too), a prefetch distance. The other rows keep every line, as
-/// measured on AVX2: max lost 5-10 % at D=64 (nothing gained on AVX-512 either), f16 and bf16
-/// 2-6 % at D = 128..256; quantized rows are not measured (their scale and bias trail the row and
-/// are read first).
+/// Whether a key may prefetch only the head of each row (EmbagKey::prefetch_head): f32 tables
+/// and a prefetch distance, every mode (when it pays is the runtime's prefetch policy). The
+/// other tables keep every line: f16 and bf16 lost 2-6 % at D = 128..256 on AVX2; quantized rows
+/// are not measured (their scale and bias trail the row and are read first).
 bool embag_prefetch_head_defined(const EmbagKey& key);
 
 /// Bytes of `cols` columns of a row of `table` (or of an output row of that dtype): 4 (f32), 2

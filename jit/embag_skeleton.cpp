@@ -341,7 +341,7 @@ void EmbagSkeleton::emit_row_head(const EmbagBlock& blk, bool first_block, const
 // read past its end: the clamped copy clamps the position to the last index; the other runs only
 // bags whose positions + prefetch stay within it (emit_bag_bounds). The last block also covers
 // a quantized row's trailer (scale and bias). A key with prefetch_head prefetches only the head
-// of the block (f32 sum and mean rows; embag_key_unsupported_reason refuses it elsewhere).
+// of the block (f32 rows; embag_key_unsupported_reason refuses it elsewhere).
 void EmbagSkeleton::emit_prefetch(const EmbagBlock& blk) {
   if (clamp_prefetch_) {
     gp_add(G::kScratch, G::kPos, key_.prefetch);

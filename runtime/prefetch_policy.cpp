@@ -104,8 +104,13 @@ int distance_of(jit::Isa isa, int64_t row_bytes, bool beyond) {
 /// and weighted, tables in L3 and beyond (1e6 rows x D=128: +13 %); on AVX-512 (the Zen 5 host)
 /// +2-5 % at D = 64..128 for a table in L3, but beyond L3 the whole row won by 4-7 % (the lines
 /// not prefetched come from memory too late); NEON is not measured.
-bool head_pays(jit::Isa isa, bool beyond) {
-  return isa == jit::Isa::kAvx2 || (isa == jit::Isa::kAvx512 && !beyond);
+///
+/// Max rows (the Zen 4 host, 4096-row tables, interleaved A/B): on AVX-512 +7-12 % at D=32,
+/// +2-6 % at D=64, +1-5 % at D=128, even at D = 256..512; on AVX2, where max splits a row into
+/// column blocks from D=64, -2..-7 % at D = 64..128 (the AVX2 EPYC host: -5..-10 % at D=64).
+bool head_pays(jit::Isa isa, bool beyond, Mode mode) {
+  if (isa == jit::Isa::kAvx2) return mode != Mode::kMax;
+  return isa == jit::Isa::kAvx512 && !beyond;
 }
 
 /// The bytes within which a table counts as cached, so its kernel gets no software prefetch
@@ -137,7 +142,7 @@ int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa, int64_t row_byt
 }  // namespace
 
 bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes) {
-  return head_pays(isa, beyond_l3(num_rows, row_stride_bytes));
+  return head_pays(isa, beyond_l3(num_rows, row_stride_bytes), Mode::kSum);
 }
 
 int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes) {
@@ -147,7 +152,7 @@ int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& p, jit::Isa isa) {
   EmbagPrefetch out;
   const bool beyond = beyond_l3(p.num_rows, p.row_stride_bytes);
-  out.row_head = head_pays(isa, beyond);
+  out.row_head = head_pays(isa, beyond, p.mode);
   if (const int forced = prefetch_override(); forced >= 0) {
     out.distance = forced;
     return out;

@@ -41,9 +41,10 @@ int64_t last_level_cache_bytes();
 /// beyond it; 16 on NEON. The benchmark's limit loops prefetch by it as well.
 int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes);
 
-/// Whether prefetching only the head of each row pays on `isa` for a table of `num_rows` rows
-/// `row_stride_bytes` apart (for the rows jit::embag_prefetch_head_defined admits): on AVX2
-/// always, on AVX-512 for a table within half of L3, elsewhere never. The benchmark's limit loops follow it.
+/// Whether prefetching only the head of each sum row pays on `isa` for a table of `num_rows`
+/// rows `row_stride_bytes` apart (for the tables jit::embag_prefetch_head_defined admits): on
+/// AVX2 always (max rows never), on AVX-512 for a table within half of L3 (max rows too),
+/// elsewhere never. The benchmark's limit loops (gather-sums) follow it.
 bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes);
 
 }  // namespace shapejit::rt

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "jit/embag_codegen.hpp"
+#include "jit/embag_plan.hpp"
 #include "ref/embedding_bag.hpp"
 #include "runtime/embag_kernel_call.hpp"
 #include "support/embag_cases.hpp"
@@ -32,7 +33,8 @@ using namespace shapejit::test::embag_jit;
 
 uint64_t battery_seed() { return shapejit::test::test_seed(0x5eed3); }
 
-// Every width x {sum, weighted sum, mean, max} x padding x {i32, i64}^2, prefetch rotating;
+// Every width x {sum, weighted sum, mean, max} x padding x {i32, i64}^2, prefetch (distance,
+// head of row or every line) rotating;
 // each problem runs in one call and split into two bag ranges.
 void run_battery(Isa isa, uint64_t seed) {
   asmjit::JitRuntime rt;
@@ -50,6 +52,8 @@ void run_battery(Isa isa, uint64_t seed) {
           p.key.index = types & 1 ? DType::kI32 : DType::kI64;
           p.key.offset = types & 2 ? DType::kI32 : DType::kI64;
           p.key.prefetch = kBatteryPrefetches[number % 5];
+          // Every other round of distances prefetches only the heads of rows (every mode).
+          p.key.prefetch_head = (number / 5) % 2 == 1 && shapejit::jit::embag_prefetch_head_defined(p.key);
           Rng rng(mix(seed ^ mix(uint64_t(number) * 2 + (isa == Isa::kAvx2))));
           make_problem(p, rng);
           const auto kernel = shapejit::jit::generate_embag_kernel(p.key, rt);

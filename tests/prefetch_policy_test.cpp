@@ -154,7 +154,7 @@ int64_t prefetches_in_listing(const shapejit::jit::EmbagKey& key) {
 
 }  // namespace
 
-TEST_CASE("head-of-row prefetch: f32 sum and mean rows on AVX2, and on AVX-512 for a table within half of L3") {
+TEST_CASE("head-of-row prefetch: f32 rows on AVX2 but max, and on AVX-512 for a table within half of L3") {
   if (std::getenv("SHAPEJIT_PREFETCH_DISTANCE")) {
     MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_DISTANCE is set and fixes the distance for every call");
     return;
@@ -171,7 +171,8 @@ TEST_CASE("head-of-row prefetch: f32 sum and mean rows on AVX2, and on AVX-512 f
   if (in_l3_rows * 512 > private_cache_bytes() / 2) {
     CHECK(key_head(in_l3_rows, 128, Isa::kAvx512));
     CHECK_FALSE(key_head(in_l3_rows + 1, 128, Isa::kAvx512));
-    CHECK_FALSE(key_head(in_l3_rows, 128, Isa::kAvx512, SHAPEJIT_MAX));
+    CHECK(key_head(in_l3_rows, 128, Isa::kAvx512, SHAPEJIT_MAX));
+    CHECK_FALSE(key_head(in_l3_rows + 1, 128, Isa::kAvx512, SHAPEJIT_MAX));
   } else {
     MESSAGE("SKIPPED (AVX-512 in L3): half of L3 is within half of L2 on this host");
   }
@@ -181,8 +182,11 @@ TEST_CASE("head-of-row prefetch: f32 sum and mean rows on AVX2, and on AVX-512 f
   CHECK(key.name() == "embag.avx2.f32.d128.sum.i64.o64.pf12.head");
   CHECK(shapejit::jit::parse_embag_key(key.name()) == key);
   key.mode = shapejit::Mode::kMax;
+  CHECK_FALSE(shapejit::jit::embag_key_unsupported_reason(key).has_value());
+  CHECK(shapejit::jit::parse_embag_key(key.name()) == key);
+  key.table = shapejit::DType::kF16;
   CHECK(shapejit::jit::embag_key_unsupported_reason(key).has_value());
-  key.mode = shapejit::Mode::kSum;
+  key.table = shapejit::DType::kF32;
   key.prefetch = 0;
   CHECK(shapejit::jit::embag_key_unsupported_reason(key).has_value());
 }
@@ -216,8 +220,11 @@ TEST_CASE("a head-of-row key prefetches the head of an f32 row; other keys every
   CHECK(prefetches_in_listing(key) == 2 * 4);
   key.isa = shapejit::jit::Isa::kAvx512;
   CHECK(prefetches_in_listing(key) == 2 * 4);
-  key.isa = shapejit::jit::Isa::kAvx2;
+  key.mode = shapejit::Mode::kMax;  // max rows too: half of the 8 lines in each row loop
+  const int64_t max_head = prefetches_in_listing(key);
   key.prefetch_head = false;
+  CHECK(prefetches_in_listing(key) == 2 * max_head);
+  key.isa = shapejit::jit::Isa::kAvx2;
   key.mode = shapejit::Mode::kMax;  // every line: 4 per row where a 1-line row has 1
   key.dim = 16;
   const int64_t max_one_line = prefetches_in_listing(key);

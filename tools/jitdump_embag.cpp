@@ -167,7 +167,7 @@ Command add_embedding_bag_command(CLI::App& parent) {
                                   "Software prefetch distance in indices; 0 turns prefetching off (default 16)")
                       ->check(int_in(0, 1 << 20)));
   shape.push_back(app->add_flag("--prefetch-head", flags->prefetch_head,
-                                "Prefetch only the head of each row (f32 sum and mean rows; the engine's choice on AVX2, "
+                                "Prefetch only the head of each row (f32 rows; the engine's choice on AVX2 but for max, "
                                 "and on AVX-512 for a table within half of L3)"));
   flags->key_flags.assign(shape.begin(), shape.end());
 

@@ -71,11 +71,12 @@ def test_embedding_bag_kernels_are_named():
     names = [name for _, _, name in entries(info, lines)]
     embag = [n for n in names if n.startswith("embag.")]
     assert len(embag) == info["compilations"], names
-    # One kernel per mode, named canonically: embag.<isa>.f32.d77.<mode>.i64.o64, and .pf0 when the
-    # table is small enough to stay cached (runtime/embag_kernel_call.hpp, the prefetch rule)
+    # One kernel per mode, named canonically: embag.<isa>.f32.d77.<mode>.i64.o64, then what the
+    # prefetch policy chose (runtime/prefetch_policy.hpp): .pf0 when the table stays cached, else
+    # a distance other than 16 as .pfN and .head for head-of-row prefetch (AVX-512 max here)
     assert sorted(n.split(".")[4] for n in embag) == ["max", "mean", "sum"], names
     for n in embag:
-        assert re.fullmatch(r"embag\.(avx512|avx2|neon)\.f32\.d77\.(sum|mean|max)\.i64\.o64(\.pf0)?", n), n
+        assert re.fullmatch(r"embag\.(avx512|avx2|neon)\.f32\.d77\.(sum|mean|max)\.i64\.o64(\.pf\d+)?(\.head)?", n), n
     assert len(set(names)) == len(names), "a kernel was mapped twice: {}".format(names)
 
 
