@@ -283,9 +283,18 @@ void EmbagSkeleton::emit_pair_bounds() {
 }
 
 // The joint loop (row j of each bag per iteration, first bag first), the longer bag's rest
-// (the other's loop is skipped at its entry), then both stores.
+// (the other's loop is skipped at its entry), then both stores. Mean first writes both bags'
+// offset2bag entries (bag kBag + side).
 void EmbagSkeleton::emit_pair_body(const EmbagBlock& blk) {
   emit_pair_bounds();
+  if (writes_offset2bag()) {
+    emit_offset2bag_fill(acc(0));
+    use_side(1);
+    gp_add(G::kBag, G::kBag, 1);
+    emit_offset2bag_fill(acc(0));
+    gp_add(G::kBag, G::kBag, -1);
+    use_side(0);
+  }
   for (int64_t side : {0, 1}) {
     use_side(side);
     for (int64_t j = 0; j < blk.num_vecs; ++j) zero_vec(acc(j));
@@ -313,10 +322,28 @@ void EmbagSkeleton::emit_pair_body(const EmbagBlock& blk) {
   emit_sum_rows(blk, true);
   use_side(1);
   emit_sum_rows(blk, true);
+  emit_pair_count(1);
   emit_store(blk);
   use_side(0);
+  emit_pair_count(0);
   emit_store(blk);
   check("pair");
+}
+
+// Mean: kCount = the length of the pair's bag kBag + side (pair keys skip no position), its
+// bag_size and max_indices entries written, before emit_store divides by it. Under side 1 kEnd
+// is the second bag's end and kEnd2 the first's, where the second starts; the first starts at
+// offsets[kBag]. Clobbers kRow.
+void EmbagSkeleton::emit_pair_count(int64_t side) {
+  if (!counts()) return;
+  if (side == 1) {
+    gp_sub(G::kCount, G::kEnd, G::kEnd2);
+  } else {
+    load_int(G::kCount, SJ_EMBAG_FIELD(offsets), G::kBag, key_.offset);
+    gp_sub(G::kCount, G::kEnd, G::kCount);
+  }
+  gp_add(G::kRow, G::kBag, side);
+  emit_bag_counts(G::kRow);
 }
 
 // Step: the head of one position -------------------------------------------------------------
@@ -440,10 +467,10 @@ void EmbagSkeleton::emit_offset2bag_fill(uint32_t tmp) {
 }
 
 // bag_size[bag] (mean, max) and max_indices[bag] (mean) hold the count.
-void EmbagSkeleton::emit_bag_counts() {
+void EmbagSkeleton::emit_bag_counts(G bag) {
   if (!counts()) return;
-  store_int(SJ_EMBAG_FIELD(bag_size), G::kBag, G::kCount);
-  if (key_.mode == Mode::kMean) store_int(SJ_EMBAG_FIELD(max_indices), G::kBag, G::kCount);
+  store_int(SJ_EMBAG_FIELD(bag_size), bag, G::kCount);
+  if (key_.mode == Mode::kMean) store_int(SJ_EMBAG_FIELD(max_indices), bag, G::kCount);
 }
 
 }  // namespace shapejit::jit

@@ -75,7 +75,8 @@ struct EmbagSrc {
 /// Two bags in flight (pairs_bags(), the rule is embag_pairs_bags): bags b and b + 1 are
 /// adjacent in the indices and in the output, so while both have rows left, row j of each is
 /// accumulated in the same iteration into its own accumulators (two independent add chains);
-/// the longer bag's remaining rows then run alone, and both rows are stored. An odd bag at the
+/// the longer bag's remaining rows then run alone, and both rows are stored (mean: both bags'
+/// offset2bag entries first, each count from the pair's bounds at its store). An odd bag at the
 /// end of the range runs the one-bag body. The second bag is emitted with the same primitives
 /// under swapped roles (kPos/kPos2, kEnd/kEnd2), its own accumulators and an output
 /// displacement of one row (use_side).
@@ -230,7 +231,8 @@ class EmbagSkeleton : protected KernelEmitter {
   void emit_max_first(const EmbagBlock& blk);
   void emit_max_update(const EmbagBlock& blk);
   void emit_store(const EmbagBlock& blk);
-  void emit_bag_counts();
+  void emit_bag_counts(G bag = G::kBag);
+  void emit_pair_count(int64_t side);
   void emit_offset2bag_fill(uint32_t tmp);
   void use_path(bool wide_ids);
   void rebase(int64_t col);  // moves kWeight and kOut to column `col`

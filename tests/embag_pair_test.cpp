@@ -1,5 +1,5 @@
-// Two bags in flight (EmbagSkeleton's pair loop, rule embag_pairs_bags): sum and weighted sum
-// over narrow rows, against the scalar reference bitwise, with bag lengths chosen to hit every
+// Two bags in flight (EmbagSkeleton's pair loop, rule embag_pairs_bags): sum, weighted sum and
+// mean (offset2bag, bag_size and max_indices of both bags too) over narrow rows, against the scalar reference bitwise, with bag lengths chosen to hit every
 // shape of a pair (first longer, second longer, equal, either or both empty), odd and even bag
 // counts, and the bags cut into ranges at every position (a range may start at an odd bag, end
 // after one bag, or hold a single bag). Pairs run without prefetch (the rule); every fourth
@@ -86,6 +86,7 @@ std::string run_ranges(JitProblem& p, shapejit::jit::EmbagKernelFn fn, const std
     fn(&g);
   }
   for (EmbagOutput w : {EmbagOutput::kBagSize, EmbagOutput::kMaxIndices}) {  // sum: the runtime zeroes them
+    if (p.key.mode != Mode::kSum) break;
     const auto bytes = got.bytes(w);
     if (std::any_of(bytes.begin(), bytes.end(), [](std::byte x) { return x != std::byte{0x5A}; }))
       return std::string(shapejit::test::output_name(w)) + " written in sum mode";
@@ -99,7 +100,7 @@ const int64_t kDims[] = {1, 3, 4, 7, 8, 9, 13, 16, 17, 24, 31, 32, 33, 40, 48, 5
 
 }  // namespace
 
-TEST_CASE("embag pairs: the rule takes sum and weighted sum of narrow rows only") {
+TEST_CASE("embag pairs: the rule takes sum, weighted sum and mean of narrow rows only") {
   using shapejit::jit::embag_pairs_bags;
   EmbagKey k;
   k.isa = Isa::kAvx2;
@@ -113,7 +114,12 @@ TEST_CASE("embag pairs: the rule takes sum and weighted sum of narrow rows only"
   CHECK(embag_pairs_bags(k, 2, 14));
   k.table = DType::kQ4;
   CHECK(embag_pairs_bags(k, 2, 14));
-  for (auto change : {+[](EmbagKey& x) { x.mode = Mode::kMean; }, +[](EmbagKey& x) { x.mode = Mode::kMax; },
+  k.weighted = false;
+  k.mode = Mode::kMean;
+  CHECK(embag_pairs_bags(k, 2, 14));
+  CHECK_FALSE(embag_pairs_bags(k, 4, 7));
+  k.mode = Mode::kSum;
+  for (auto change : {+[](EmbagKey& x) { x.mode = Mode::kMax; },
                       +[](EmbagKey& x) { x.padding = true; }, +[](EmbagKey& x) { x.pruned = true; },
                       +[](EmbagKey& x) { x.prefetch = 16; }}) {
     EmbagKey other = k;
@@ -130,9 +136,12 @@ TEST_CASE("embag pairs avx2: the second bag's row is stored one output row furth
   k.dim = 16;  // 2 vectors: paired; its second output row starts 64 bytes on
   k.prefetch = 0;
   CHECK(kernel_listing(k).find("+64], ymm") != std::string::npos);
-  k.mode = Mode::kMean;  // not paired
-  CHECK(kernel_listing(k).find("+64], ymm") == std::string::npos);
+  k.mode = Mode::kMean;  // paired too
+  CHECK(kernel_listing(k).find("+64], ymm") != std::string::npos);
   k.mode = Mode::kSum;
+  k.padding = true;  // not paired
+  CHECK(kernel_listing(k).find("+64], ymm") == std::string::npos);
+  k.padding = false;
   k.prefetch = 16;  // not paired
   CHECK(kernel_listing(k).find("+64], ymm") == std::string::npos);
 }
@@ -144,12 +153,13 @@ TEST_CASE("embag pairs: every pair shape and bag range vs the reference, on ever
   for (Isa isa : host_isas()) {
     asmjit::JitRuntime rt;
     for (int64_t dim : kDims) {
-      for (int variant = 0; variant < 4; ++variant, ++number) {
+      for (int variant = 0; variant < 6; ++variant, ++number) {
         Rng rng(mix(seed ^ mix(uint64_t(number))));
         JitProblem p;
         p.key.isa = isa;
         p.key.dim = dim;
-        p.key.weighted = variant & 1;
+        p.key.mode = variant >= 4 ? Mode::kMean : Mode::kSum;
+        p.key.weighted = variant < 4 && (variant & 1);
         p.key.index = variant & 2 ? DType::kI32 : DType::kI64;
         p.key.offset = number % 3 == 0 ? DType::kI32 : DType::kI64;
         p.key.prefetch = number % 4 == 3 ? 16 : 0;
@@ -188,11 +198,12 @@ TEST_CASE("embag pairs: every x86 and NEON key of the pair rule generates") {
   // ISAs the host cannot run (AVX-512 here) are at least emitted.
   for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
     for (int64_t dim : kDims) {
-      for (int w = 0; w < 2; ++w) {
+      for (int w = 0; w < 3; ++w) {
         EmbagKey k;
         k.isa = isa;
         k.dim = dim;
-        k.weighted = w;
+        k.weighted = w == 1;
+        k.mode = w == 2 ? Mode::kMean : Mode::kSum;
         k.prefetch = 0;
         asmjit::CodeHolder code;
         code.init(asmjit::Environment(isa == Isa::kNeon ? asmjit::Arch::kAArch64 : asmjit::Arch::kX64));

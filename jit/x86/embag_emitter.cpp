@@ -87,7 +87,8 @@ void X86EmbagEmitter::plan_registers() {
   for (int64_t i = 0; i < need; ++i) slots.push_back(vecs_.take());
   set_slots(std::move(slots));
   if (needs_block_end()) role(G::kBlockEnd);
-  // Two bags in flight: at most 15 general-purpose registers with these three (weighted, prefetch).
+  // Two bags in flight: at most 15 general-purpose registers with these three (weighted sum:
+  // psw_; mean: kCount and o2b_; pair keys never prefetch).
   if (pairs_bags()) role(G::kPos2), role(G::kEnd2), role(G::kPairEnd);
   // The mapping pointer stays in a register when one is left (else map_row reloads it).
   if (k.pruned && gp_.available() > 0) mapping_ = x86::gpq(gp_.take());
