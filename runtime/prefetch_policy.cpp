@@ -121,10 +121,13 @@ bool head_pays(jit::Isa isa, bool beyond, Mode mode) {
 /// host), and they rule out two bags in flight (jit/embag_plan.hpp, embag_pairs_bags). At a
 /// table of the whole L2 size prefetch won again. Beyond that the distance is per host class.
 ///
-/// On AVX-512 (the Zen 5 host, kernel alone) the row loops that never pair bags gain from
-/// prefetch on smaller tables: max prefetches every table (1024-4096 rows x D=32: +5-16 %; its
-/// row loop is twice sum's, so the prefetch's cost hides), mean a table beyond a quarter of L2
-/// (4096 x 32 and 8192 x 16, half of L2: +7 %; 2048 x 32 even, 1024 x 32 -7 %).
+/// On AVX-512 (the Zen 5 host, kernel alone) max, which never pairs bags, gains from prefetch
+/// on smaller tables: it prefetches every table (1024-4096 rows x D=32: +5-16 %; its row loop is
+/// twice sum's, so the prefetch's cost hides). Mean of rows longer than a line prefetches a
+/// table beyond a quarter of L2: on the Zen 5 host before mean paired bags, 4096 x 32 and
+/// 8192 x 16 (half of L2) +7 %, 2048 x 32 even, 1024 x 32 -7 %; on the Zen 4 host with pairs,
+/// 4096 x 32 +4 %, 5461 x 24 +3 %, while one-line rows at half of L2 ran 12-22 % faster
+/// without prefetch (8192 x 16, 16384 x 8), so they keep half of L2.
 ///
 /// On AVX2 (AVX2 kernels on the Zen 4 host, 1 MiB L2, interleaved A/B) it depends on the row:
 /// rows of one cache line (D=16) keep the L2/2 rule (prefetch lost 5-18 % at 256 and 512 KiB),
@@ -134,8 +137,10 @@ bool head_pays(jit::Isa isa, bool beyond, Mode mode) {
 int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa, int64_t row_bytes) {
   const int64_t l2 = private_cache_bytes();
   if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMax) return 0;
-  if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMean) return l2 / 4;
-  if (isa == jit::Isa::kAvx2 && row_bytes > kCacheLineBytes) return l2 / 8;
+  if (row_bytes > kCacheLineBytes) {
+    if (isa == jit::Isa::kAvx2) return l2 / 8;
+    if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMean) return l2 / 4;
+  }
   return l2 / 2;
 }
 

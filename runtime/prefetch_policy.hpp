@@ -20,8 +20,8 @@ struct EmbagPrefetch {
 };
 
 /// The policy for a planned call on `isa`: no prefetch for a table within half the core's L2
-/// (rows stay cached; on AVX-512 max prefetches anyway and mean beyond a quarter of L2; on AVX2
-/// rows longer than a cache line beyond an eighth of L2), else
+/// (rows stay cached; on AVX-512 max prefetches anyway; rows longer than a cache line beyond an
+/// eighth of L2 on AVX2 and, in mean mode, beyond a quarter on AVX-512), else
 /// uncached_prefetch_distance, and row_head_prefetch_pays. SHAPEJIT_PREFETCH_DISTANCE fixes the
 /// distance for every call.
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& plan, jit::Isa isa);

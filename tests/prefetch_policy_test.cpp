@@ -1,6 +1,6 @@
 // The prefetch rule of the API's kernel keys (runtime/prefetch_policy.hpp): none for a table
-// that stays in the core's private cache (half of L2; on AVX2 an eighth for rows longer than a
-// line; on AVX-512 a quarter for mean and none for max), so a small hot table gets the kernel without per-row
+// that stays in the core's private cache (half of L2; for rows longer than a line an eighth on
+// AVX2 and a quarter for mean on AVX-512; none for max on AVX-512), so a small hot table gets the kernel without per-row
 // prefetch work (and with two bags in flight); else the distance of the host class: on AVX2
 // about 6 KiB of row bytes ahead within [6, 16] indices; on AVX-512 8 KiB within [6, 16] for a
 // table within half of L3 and 16 KiB within [6, 32] beyond it; 16 on NEON. And what an AVX2
@@ -72,15 +72,15 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(4096, 1024, 1024) == 6);          // 16 MiB, 4 KiB rows: the AVX2 floor
   // The extent counts the stride, not just the values read: padded rows take cache too.
   CHECK(key_prefetch(half_rows, dim, 2 * dim) == 16);
-  // On AVX-512 max prefetches a cached table as well, and mean one beyond a quarter of L2;
-  // elsewhere they follow the rule.
+  // On AVX-512 max prefetches a cached table as well, and mean of rows longer than a line one
+  // beyond a quarter of L2; elsewhere they follow the rule.
   using shapejit::jit::Isa;
-  const int64_t quarter_rows = l2 / 4 / row_bytes;
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
   CHECK(key_prefetch(1, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
-  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 16);
-  CHECK(key_prefetch(quarter_rows + 1, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 16);
-  CHECK(key_prefetch(quarter_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);  // one line
+  const int64_t two_lines = 2 * dim, quarter_rows = l2 / 4 / (two_lines * 4);
+  CHECK(key_prefetch(quarter_rows + 1, two_lines, two_lines, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 16);
+  CHECK(key_prefetch(quarter_rows, two_lines, two_lines, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512) == 0);  // sum: half of L2, as everywhere
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MAX) == 0);
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
