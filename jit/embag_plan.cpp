@@ -83,7 +83,7 @@ int64_t embag_row_trailer_bytes(DType table) {
 // table +13 %, a quarter +16 %), D=160 and 192 (2 blocks of 5-6 lines) +10 % and +3 %, D=256
 // -1..+3 % (a quarter -3.5 %), D=512 (on an L3-sized table) -10..-14 %: wide rows keep all.
 int64_t embag_prefetch_head_bytes(int64_t row_bytes, int64_t block_bytes) {
-  constexpr int64_t kLine = 64, kQuarterRowLines = 6, kHalfRowLines = 12;
+  constexpr int64_t kLine = kCacheLineBytes, kQuarterRowLines = 6, kHalfRowLines = 12;
   const int64_t row_lines = (row_bytes + kLine - 1) / kLine, block_lines = (block_bytes + kLine - 1) / kLine;
   if (row_lines > kHalfRowLines) return block_bytes;
   const int64_t share = row_lines <= kQuarterRowLines ? 4 : 2;

@@ -37,6 +37,9 @@ int64_t embag_col_bytes(DType table, int64_t cols);
 /// f32; Q4/Q2: two f16), at byte embag_col_bytes(table, D) of the row; 0 for float tables.
 int64_t embag_row_trailer_bytes(DType table);
 
+/// The cache line the prefetch rules count in (every x86 and Arm host the engine targets).
+inline constexpr int64_t kCacheLineBytes = 64;
+
 /// Bytes a kernel that prefetches only the head of each f32 row (EmbagKey::prefetch_head)
 /// prefetches of a column block spanning `block_bytes` of a row of
 /// `row_bytes`: the first quarter of the block's cache lines for rows of up to 6 lines (384

@@ -11,8 +11,6 @@
 namespace shapejit::rt {
 namespace {
 
-constexpr int64_t kCacheLineBytes = 64;
-
 /// How far ahead a kernel prefetches a table beyond the private cache: about `ahead_bytes` of
 /// rows, within [min, max] indices.
 struct PrefetchReach {
@@ -137,7 +135,7 @@ bool head_pays(jit::Isa isa, bool beyond, Mode mode) {
 int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa, int64_t row_bytes) {
   const int64_t l2 = private_cache_bytes();
   if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMax) return 0;
-  if (row_bytes > kCacheLineBytes) {
+  if (row_bytes > jit::kCacheLineBytes) {
     if (isa == jit::Isa::kAvx2) return l2 / 8;
     if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMean) return l2 / 4;
   }
