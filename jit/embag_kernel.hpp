@@ -41,12 +41,18 @@ struct EmbagKey {
   /// f32 tables, prefetch > 0 (embag_prefetch_head_defined).
   /// The runtime's prefetch policy sets it per host class (runtime/prefetch_policy.hpp).
   bool prefetch_head = false;
+  /// Writes offset2bag, bag_size and max_indices (ATen's index outputs). false: the output rows
+  /// only, for callers that need no backward (inference): no offset2bag fill, no counts stored
+  /// (mean still divides by its count), and max keeps no row ids (a compare and a blend less per
+  /// vector and row, and no max_indices stores). The output is bitwise the same either way.
+  bool index_outputs = true;
 
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).
   DType index_out() const { return index == offset ? index : DType::kI64; }
   bool operator==(const EmbagKey&) const = default;
   /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, `.pfN` when
-  /// prefetch != 16 and `.head` for prefetch_head; the generic kernel is `dgen`).
+  /// prefetch != 16, `.head` for prefetch_head and `.noidx` without index outputs; the generic
+  /// kernel is `dgen`).
   std::string name() const;
 };
 
@@ -77,6 +83,8 @@ struct EmbagKernelArgs {
   int64_t bag_begin, bag_end;      ///< bags [bag_begin, bag_end) to compute
   void* output;                    ///< [B, D] dense, key.out elements
   const int32_t* mapping;          ///< key.pruned: row of each index (every value in [-1, rows))
+  // The index outputs: written only when key.index_outputs (else null: the generic kernel
+  // tells the two apart by bag_size, never null when a call with index outputs has a bag).
   void* offset2bag;                ///< [N] of key.index_out(); written when mode != sum or padding
   void* bag_size;                  ///< [B]; written (counts) in mean and max mode
   void* max_indices;               ///< mean: [B] counts; max: [B, D] winning row ids

@@ -1,6 +1,6 @@
 // EmbagKey's canonical name, its inverse and its hash: the one place the name format lives.
 //
-// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head]
+// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head][.noidx]
 // <table> is f32, f16, bf16, q8, q4 or q2. The generic kernel (dim 0) is `dgen`. Suffixes appear
 // only when they differ from the default, so every f32 key reads as before:
 //   .w        weighted with the table's natural weight dtype (its own for f32/f16/bf16, f32 for
@@ -8,7 +8,8 @@
 //   .pruned   a compressed_indices_mapping;
 //   .out<dt>  an output dtype other than the natural one (the table's, f32 for quantized);
 //   .pf<N>    a prefetch distance other than 16;
-//   .head     only the head of each row is prefetched (prefetch_head).
+//   .head     only the head of each row is prefetched (prefetch_head);
+//   .noidx    no index outputs (offset2bag, bag_size, max_indices): the output rows only.
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -112,12 +113,13 @@ std::string EmbagKey::name() const {
   }
   if (prefetch != kDefaultPrefetch) s += ".pf" + std::to_string(prefetch);
   if (prefetch_head) s += ".head";
+  if (!index_outputs) s += ".noidx";
   return s;
 }
 
 std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   const std::vector<std::string_view> p = split_dots(name);
-  if (p.size() < 7 || p.size() > 13 || p[0] != "embag") return std::nullopt;
+  if (p.size() < 7 || p.size() > 14 || p[0] != "embag") return std::nullopt;
   EmbagKey k;
   const auto isa = parse_isa(p[1]);
   if (!isa) return std::nullopt;
@@ -177,6 +179,7 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
     ++i;
   }
   if (i < p.size() && p[i] == "head") k.prefetch_head = true, ++i;
+  if (i < p.size() && p[i] == "noidx") k.index_outputs = false, ++i;
   if (i != p.size()) return std::nullopt;
   return k;
 }
@@ -188,7 +191,8 @@ size_t EmbagKeyHash::operator()(const EmbagKey& k) const noexcept {
                    uint64_t(k.weighted) << 10 | uint64_t(k.padding) << 11 |
                    uint64_t(k.index) << 12 | uint64_t(k.offset) << 16 |
                    uint64_t(k.out) << 20 | uint64_t(k.psw) << 24 | uint64_t(k.pruned) << 28 |
-                   uint64_t(k.prefetch_head) << 29 | uint64_t(uint32_t(k.prefetch)) << 32;
+                   uint64_t(k.prefetch_head) << 29 | uint64_t(k.index_outputs) << 30 |
+                   uint64_t(uint32_t(k.prefetch)) << 32;
   uint64_t h = small * 0x9E3779B97F4A7C15ull ^ uint64_t(k.dim) * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;

@@ -33,12 +33,12 @@ void EmbagSkeleton::generate() {
 
 // Planning --------------------------------------------------------------------------------------
 
-// max: value + 32-bit ids per vector; the wide path: value + two 64-bit id halves.
+// max with ids: value + 32-bit ids per vector; the wide path: value + two 64-bit id halves.
 int64_t EmbagSkeleton::plan_blocks(int64_t free_vecs) {
-  const bool max = key_.mode == Mode::kMax;
-  blocks_ = split_embag_blocks(num_vecs_, max ? free_vecs / 2 : free_vecs);
+  const bool ids = tracks_ids();
+  blocks_ = split_embag_blocks(num_vecs_, ids ? free_vecs / 2 : free_vecs);
   int64_t need = 0;
-  for (const EmbagBlock& b : blocks_) need = std::max(need, b.num_vecs * (max ? 2 : 1));
+  for (const EmbagBlock& b : blocks_) need = std::max(need, b.num_vecs * (ids ? 2 : 1));
   if (has_wide_path()) {
     wide_blocks_ = split_embag_blocks(num_vecs_, free_vecs / 3);
     for (const EmbagBlock& b : wide_blocks_) need = std::max(need, b.num_vecs * 3);
@@ -62,7 +62,7 @@ bool EmbagSkeleton::needs_block_end() const {
 // registers per vector of columns.
 void EmbagSkeleton::use_path(bool wide_ids) {
   wide_ids_ = wide_ids;
-  const size_t per = key_.mode != Mode::kMax ? 1 : wide_ids ? 3 : 2;
+  const size_t per = !tracks_ids() ? 1 : wide_ids ? 3 : 2;
   acc_.clear(), ids_lo_.clear(), ids_hi_.clear();
   for (size_t j = 0; (j + 1) * per <= slots_.size(); ++j) {
     acc_.push_back(slots_[j * per]);
@@ -204,7 +204,7 @@ void EmbagSkeleton::emit_block(const EmbagBlock& blk, bool first_block) {
   // +0.0 starts the sums; for max, 0.0 and row id 0 are what an empty bag stores.
   for (int64_t j = 0; j < blk.num_vecs; ++j) {
     zero_vec(acc(j));
-    if (key_.mode != Mode::kMax) continue;
+    if (!tracks_ids()) continue;
     zero_vec(ids_lo(j));
     if (id_regs_of(blk.first_vec + j) == 2) zero_vec(ids_hi(j));
   }
@@ -402,20 +402,20 @@ void EmbagSkeleton::emit_row_accumulate(const EmbagBlock& blk) {
 
 // The first counted row of the bag is copied as is (keeps -0.0 and NaN), with its id.
 void EmbagSkeleton::emit_max_first(const EmbagBlock& blk) {
-  broadcast_row_id();
+  if (tracks_ids()) broadcast_row_id();
   form_row_address();
   row_setup();
   for (int64_t j = 0; j < blk.num_vecs; ++j) {
     const int64_t v = blk.first_vec + j;
     load_value(acc(j), v * lanes_, vec_cols(v));
-    copy_row_id(j, v);
+    if (tracks_ids()) copy_row_id(j, v);
   }
 }
 
 // Later rows: lanes where x > current (ordered: a NaN never wins, ties keep the earliest) take
 // x and the row id.
 void EmbagSkeleton::emit_max_update(const EmbagBlock& blk) {
-  broadcast_row_id();
+  if (tracks_ids()) broadcast_row_id();
   form_row_address();
   row_setup();
   for (int64_t j = 0; j < blk.num_vecs; ++j) {
@@ -435,7 +435,7 @@ void EmbagSkeleton::emit_store(const EmbagBlock& blk) {
     if (mean) mean_finish(acc(j));
     store_output(acc(j), v * lanes_, vec_cols(v));
   }
-  if (key_.mode == Mode::kMax) store_max_ids(blk);
+  if (tracks_ids()) store_max_ids(blk);
 }
 
 // offset2bag[p] = kBag for every position p in [kPos, kEnd) (padding and pruned positions
@@ -468,7 +468,7 @@ void EmbagSkeleton::emit_offset2bag_fill(uint32_t tmp) {
 
 // bag_size[bag] (mean, max) and max_indices[bag] (mean) hold the count.
 void EmbagSkeleton::emit_bag_counts(G bag) {
-  if (!counts()) return;
+  if (!counts() || !key_.index_outputs) return;
   store_int(SJ_EMBAG_FIELD(bag_size), bag, G::kCount);
   if (key_.mode == Mode::kMean) store_int(SJ_EMBAG_FIELD(max_indices), bag, G::kCount);
 }

@@ -105,11 +105,14 @@ class EmbagSkeleton : protected KernelEmitter {
   int64_t out_size() const { return out_size_; }  ///< bytes of an integer output element
   bool is_tail(int64_t v) const { return v == num_vecs_ - 1 && tail_ != 0; }
   int64_t vec_cols(int64_t v) const { return is_tail(v) ? tail_ : lanes_; }
-  bool counts() const { return key_.mode != Mode::kSum; }
+  /// Max keeps each column's winning row id (for max_indices).
+  bool tracks_ids() const { return key_.mode == Mode::kMax && key_.index_outputs; }
+  /// The bag's count is needed: mean divides by it; max only stores it (bag_size).
+  bool counts() const { return key_.mode == Mode::kMean || tracks_ids(); }
   bool counts_in_loop() const { return counts() && (key_.padding || key_.pruned); }
-  bool writes_offset2bag() const { return key_.mode != Mode::kSum || key_.padding; }
+  bool writes_offset2bag() const { return key_.index_outputs && (key_.mode != Mode::kSum || key_.padding); }
   /// Max with int64 ids: the restart path with 64-bit id lanes exists.
-  bool has_wide_path() const { return key_.mode == Mode::kMax && out_size_ == 8 && key_.index == DType::kI64; }
+  bool has_wide_path() const { return tracks_ids() && out_size_ == 8 && key_.index == DType::kI64; }
   bool wide_ids() const { return wide_ids_; }  ///< the path being emitted keeps 64-bit id lanes
   /// Max: id registers of vector v on the current path (2 when 64-bit lanes need two halves).
   int64_t id_regs_of(int64_t v) const { return wide_ids_ && vec_cols(v) > lanes_ / 2 ? 2 : 1; }
@@ -130,8 +133,8 @@ class EmbagSkeleton : protected KernelEmitter {
   /// or running max, and (max) the row ids (hi only with 64-bit lanes: the upper columns).
   /// With two bags in flight, acc(j) is the accumulator of the bag being emitted (use_side).
   uint32_t acc(int64_t j) const { return acc_[size_t(j + side_ * pair_stride_)]; }
-  uint32_t ids_lo(int64_t j) const { return ids_lo_[size_t(j)]; }
-  uint32_t ids_hi(int64_t j) const { return ids_hi_[size_t(j)]; }
+  uint32_t ids_lo(int64_t j) const { return ids_lo_.at(size_t(j)); }
+  uint32_t ids_hi(int64_t j) const { return ids_hi_.at(size_t(j)); }
 
   /// Planning step for back ends: splits the row into blocks given `free_vecs` vector registers
   /// for accumulators and ids; returns how many of them the widest block needs (take exactly
@@ -189,10 +192,12 @@ class EmbagSkeleton : protected KernelEmitter {
   virtual void zero_vec(uint32_t vec) = 0;
 
   // --- Primitives: max mode ---------------------------------------------------------------------
+  // Row ids (tracks_ids() only):
   virtual void broadcast_row_id() = 0;                   ///< the id of kPos, in id lanes
   virtual void copy_row_id(int64_t j, int64_t v) = 0;    ///< ids of vector j := the broadcast id
   virtual uint32_t max_input() const = 0;                ///< where max_update's row vector is loaded
-  /// Lanes of vector j where max_input() > current (ordered) take it and the broadcast id.
+  /// Lanes of vector j where max_input() > current (ordered) take it, and the broadcast id when
+  /// tracks_ids().
   virtual void max_blend(int64_t j, int64_t v) = 0;
   /// Stores the block's ids to max_indices (64-bit outputs from 32-bit lanes zero-extended).
   virtual void store_max_ids(const EmbagBlock& blk) = 0;

@@ -46,7 +46,9 @@ shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_
 }
 
 shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_ex_args& a) {
-  return embedding_bag_shapes(a.call);
+  shapejit_embedding_bag_shapes s = embedding_bag_shapes(a.call);
+  if (a.skip_index_outputs) s.offset2bag_len = s.bag_size_len = s.max_indices_rows = 0;
+  return s;
 }
 
 shapejit_embedding_bag_ex_args embedding_bag_ex_defaults(const shapejit_embedding_bag_args& a) {
@@ -241,7 +243,7 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
                    void* max_indices) {
   const shapejit_embedding_bag_args& a = ex.call;
   const Call c(ex);
-  const shapejit_embedding_bag_shapes shapes = embedding_bag_shapes(a);
+  const shapejit_embedding_bag_shapes shapes = embedding_bag_shapes(ex);
   const shapejit_dtype idx_t = shapes.index_out_dtype;
   const int64_t bags = shapes.output_rows;
   const int64_t out_dtype = ex.output_dtype;
@@ -267,7 +269,7 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
       // No column: nothing is read (not even a quantized row's scale), only counted.
     } else if (a.mode == SHAPEJIT_MAX) {
       max_bag(c, s, res, winner);
-      if (max_indices)
+      if (shapes.max_indices_rows > 0)
         for (int64_t d = 0; d < a.dim; ++d) store_int(max_indices, idx_t, b * a.dim + d, winner[size_t(d)]);
     } else {
       if (is_quantized_table(c.table)) sum_quantized_table(c, s, res);
@@ -275,8 +277,8 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
       if (a.mode == SHAPEJIT_MEAN) divide_by_count(c, count, res);
     }
     for (int64_t d = 0; d < a.dim; ++d) store_float_output(output, out_dtype, b * a.dim + d, res[size_t(d)]);
-    if (a.mode != SHAPEJIT_SUM) store_int(bag_size, idx_t, b, count);
-    if (a.mode == SHAPEJIT_MEAN) store_int(max_indices, idx_t, b, count);
+    if (a.mode != SHAPEJIT_SUM && shapes.bag_size_len > 0) store_int(bag_size, idx_t, b, count);
+    if (a.mode == SHAPEJIT_MEAN && shapes.max_indices_rows > 0) store_int(max_indices, idx_t, b, count);
   }
   // Positions no bag takes (after a partial final offset, or after the last length) are
   // reported as "bag" B, as ATen 1.13 reports the former: #{k : offsets[k] <= i} - 1 == B.

@@ -84,6 +84,7 @@ shapejit_embedding_bag_ex_args EmbeddingBagCall::to_c_ex() const {
     e.mapping_len = static_cast<int64_t>(compressed_indices_mapping.size());
   }
   e.offsets_as_lengths = offsets_as_lengths;
+  e.skip_index_outputs = skip_index_outputs;
   return e;
 }
 

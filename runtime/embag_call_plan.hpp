@@ -43,6 +43,8 @@ struct EmbagCallPlan {
   bool pruned = false;            ///< compressed_indices_mapping present
   const int32_t* mapping = nullptr;  ///< index -> row (-1 skips); mapping_len entries
   int64_t mapping_len = 0;
+  /// offset2bag, bag_size and max_indices are computed (not skip_index_outputs).
+  bool index_outputs = true;
 
   /// Span offsets of the bags: bag b covers [offsets[b], offsets[b + 1]), the last bag up to
   /// num_indices when b + 1 == offsets.size. The caller's offsets, or (offsets_as_lengths) the

@@ -210,21 +210,25 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
   Out* offset2bag = static_cast<Out*>(args.offset2bag);
   Out* bag_size = static_cast<Out*>(args.bag_size);
   Out* max_indices = static_cast<Out*>(args.max_indices);
+  // Without index outputs (key.index_outputs false) the runtime passes them as null.
+  const bool index_outputs = bag_size != nullptr;
   float acc[kBlock];
+  Out unused_ids[kMode == Mode::kMax ? kBlock : 1];  // max's winners when nobody wants them
   for (int64_t b = args.bag_begin; b < args.bag_end; ++b) {
     const int64_t begin = p.bag_begin(b), end = p.bag_end(b);
     int64_t count = 0;
-    p.for_each_row(begin, end, [&](int64_t, int64_t, int64_t) { ++count; });
+    if (kMode == Mode::kMean || index_outputs) p.for_each_row(begin, end, [&](int64_t, int64_t, int64_t) { ++count; });
     for (int64_t c0 = 0; c0 < p.dim; c0 += kBlock) {
       const int64_t n = std::min(kBlock, p.dim - c0);
       if constexpr (kMode == Mode::kMax) {
-        max_block<kTable>(p, begin, end, c0, n, acc, max_indices + b * p.dim + c0);
+        max_block<kTable>(p, begin, end, c0, n, acc, index_outputs ? max_indices + b * p.dim + c0 : unused_ids);
       } else {
         sum_block<kTable>(p, begin, end, c0, n, acc);
         if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count);
       }
       store_block(args.output, flags.out, b * p.dim + c0, acc, n);
     }
+    if (!index_outputs) continue;
     if constexpr (kMode == Mode::kMean) max_indices[b] = static_cast<Out>(count);
     if constexpr (kMode != Mode::kSum) bag_size[b] = static_cast<Out>(count);
     if (kMode != Mode::kSum || flags.padding)

@@ -48,6 +48,8 @@ jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   const EmbagPrefetch prefetch = embag_prefetch(p, isa);
   key.prefetch = prefetch.distance;
   key.prefetch_head = prefetch.row_head && jit::embag_prefetch_head_defined(key);
+  // Canonical: a sum without padding writes no index output in its kernel either way.
+  key.index_outputs = p.index_outputs || (p.mode == Mode::kSum && !p.padding);
   return key;
 }
 
@@ -84,9 +86,10 @@ jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output
   k.bag_end = p.num_bags;
   k.output = output;
   k.mapping = p.pruned ? p.mapping : nullptr;
-  k.offset2bag = offset2bag;
-  k.bag_size = bag_size;
-  k.max_indices = max_indices;
+  // Without index outputs the kernels get none (the generic kernel tells by bag_size == null).
+  k.offset2bag = p.index_outputs ? offset2bag : nullptr;
+  k.bag_size = p.index_outputs ? bag_size : nullptr;
+  k.max_indices = p.index_outputs ? max_indices : nullptr;
   return k;
 }
 

@@ -320,6 +320,7 @@ void set_plan_shapes(EmbagCallPlan& p) {
   s.bag_size_len = sum ? len : p.num_bags;                     // sum: zeros shaped like offsets
   s.max_indices_rows = p.mode == Mode::kMax ? p.num_bags : s.bag_size_len;
   s.max_indices_cols = p.mode == Mode::kMax ? p.dim : 1;
+  if (!p.index_outputs) s.offset2bag_len = s.bag_size_len = s.max_indices_rows = 0;
 }
 
 }  // namespace
@@ -344,6 +345,7 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
   SHAPEJIT_TAKE_FIELD(compressed_indices_mapping);
   SHAPEJIT_TAKE_FIELD(mapping_len);
   SHAPEJIT_TAKE_FIELD(offsets_as_lengths);
+  SHAPEJIT_TAKE_FIELD(skip_index_outputs);
 #undef SHAPEJIT_TAKE_FIELD
   e.struct_size = sizeof e;
   return e;
@@ -359,6 +361,7 @@ void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
   check_input_buffers(p);  // before the offsets, indices and mapping are read below
   check_options(p);
   check_offsets(p);
+  p.index_outputs = p.args.skip_index_outputs == 0;
   // A pruned table's mapping entries are read through the indices, so those stay here; a few
   // indices cost less here than any hand-over.
   if (when == IndexRangeCheck::kByRunner && !p.pruned && index_check_end(p) > kInlineIndexCheck)

@@ -111,6 +111,11 @@ typedef struct {
    * negative length is an empty bag), offsets[0] need not be 0, and with include_last_offset
    * positions past the last bag are ignored. 0: the f32 rules (spans, validated). */
   int32_t offsets_as_lengths;
+  /* Nonzero: only `output` is computed (inference: ATen's forward needs offset2bag, bag_size
+   * and max_indices for backward only). The output shapes then give those three 0 elements;
+   * they may be NULL and are never written. The output is bitwise the same as without it, and
+   * max and mean skip the id and count work (docs/embedding-bag-semantics.md). */
+  int32_t skip_index_outputs;
 } shapejit_embedding_bag_ex_args;
 
 /* The defaults that make an ex call equal to shapejit_embedding_bag(call): struct_size set,

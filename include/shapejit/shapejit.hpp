@@ -85,6 +85,9 @@ struct SHAPEJIT_API EmbeddingBagCall {
   std::optional<DType> per_sample_weights_dtype;  ///< default: the table's (kF32 for quantized)
   std::span<const int32_t> compressed_indices_mapping;  ///< pruned quantized tables; empty: none
   bool offsets_as_lengths = false;  ///< ATen's quantized rowwise ops' offsets (see shapejit.h)
+  /// Only the output (inference): offset2bag, bag_size and max_indices get 0 elements and are
+  /// not computed; the output is bitwise the same (see shapejit.h).
+  bool skip_index_outputs = false;
 
   /// The C ABI form of this call (the ex fields ignored).
   shapejit_embedding_bag_args to_c() const;

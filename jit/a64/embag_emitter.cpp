@@ -59,7 +59,7 @@ void A64EmbagEmitter::plan_registers() {
   // so narrow kernels never touch the callee-saved v8-v15.
   load0_ = vecs_.take();
   plan_table_scratch();
-  if (max || (k.weighted && f32_table()) || k.mode == Mode::kMean) bcast_ = vecs_.take();
+  if (tracks_ids() || (k.weighted && f32_table()) || k.mode == Mode::kMean) bcast_ = vecs_.take();
   if (max) mask_ = vecs_.take();
   if (has_wide_path()) widen_ = vecs_.take();
   const int64_t free_vecs = vecs_.available();

@@ -1,6 +1,6 @@
-// A64EmbagEmitter, max mode: row ids dup'ed into id lanes, copied with the first row, and
-// blended where a later row is strictly greater (fcmgt: ordered, a NaN operand compares false;
-// bit: insert where the mask is set).
+// A64EmbagEmitter, max mode: row ids dup'ed into id lanes (when the key has index outputs),
+// copied with the first row, and blended where a later row is strictly greater (fcmgt:
+// ordered, a NaN operand compares false; bit: insert where the mask is set).
 #include <algorithm>
 #include <cstddef>
 
@@ -30,10 +30,11 @@ void A64EmbagEmitter::copy_row_id(int64_t j, int64_t v) {
 // With 64-bit ids the 4 x 32-bit mask is sign-extended into two 2 x 64-bit masks, one per id
 // register.
 void A64EmbagEmitter::max_blend(int64_t j, int64_t v) {
-  const a64::Vec rid = vq(bcast_), x = vq(max_x(j)), m = vq(mask_);
-  const a64::Vec val = vq(acc(j)), lo = vq(ids_lo(j));
+  const a64::Vec x = vq(max_x(j)), m = vq(mask_), val = vq(acc(j));
   a_.fcmgt(m.s4(), x.s4(), val.s4());
   a_.bit(val.b16(), x.b16(), m.b16());
+  if (!tracks_ids()) return;
+  const a64::Vec rid = vq(bcast_), lo = vq(ids_lo(j));
   if (!wide_ids()) {
     a_.bit(lo.b16(), rid.b16(), m.b16());
     return;

@@ -73,7 +73,7 @@ void X86EmbagEmitter::plan_registers() {
   // at the store (mean_divisor) instead of keeping one: one column block fewer, i.e. one pass
   // over the bag's indices fewer (AVX2 D=128: one block of 16 instead of two of 8).
   const bool mean_f32 = k.mode == Mode::kMean && k.table == DType::kF32 && tail() == 0;
-  if (max || (k.mode == Mode::kMean && !mean_f32) || (k.weighted && k.table == DType::kF32)) bcast_ = vecs_.take();
+  if (tracks_ids() || (k.mode == Mode::kMean && !mean_f32) || (k.weighted && k.table == DType::kF32)) bcast_ = vecs_.take();
   if (max) xtmp_ = vecs_.take();
   plan_table_scratch();
   if (max && !t_.avx512) vcmp_ = vecs_.take();
@@ -95,8 +95,8 @@ void X86EmbagEmitter::plan_registers() {
 
   if (t_.avx512) {
     if (tail() != 0) k_tail_ = x86::k(kregs_.take());
-    if (max) k_cmp_ = x86::k(kregs_.take());
-    if (max && out_size() == 8) k_hi_ = x86::k(kregs_.take());
+    if (tracks_ids()) k_cmp_ = x86::k(kregs_.take());
+    if (tracks_ids() && out_size() == 8) k_hi_ = x86::k(kregs_.take());
   }
 }
 

@@ -1,5 +1,6 @@
-// X86EmbagEmitter, max mode: row ids broadcast into id lanes, copied with the first row, and
-// blended where a later row is strictly greater (ordered compare).
+// X86EmbagEmitter, max mode: row ids broadcast into id lanes (when the key has index outputs),
+// copied with the first row, and blended where a later row is strictly greater (ordered
+// compare). Without ids a row costs one vmaxps per vector.
 #include <cstddef>
 
 #include "jit/x86/embag_emitter.hpp"
@@ -31,7 +32,12 @@ void X86EmbagEmitter::copy_row_id(int64_t j, int64_t v) {
 // returns val), so the value chain is one 2-cycle op per row; the compare only feeds the id
 // blend and stays off that chain.
 void X86EmbagEmitter::max_blend(int64_t j, int64_t v) {
-  const x86::Vec x = vec(xtmp_), rid = vec(bcast_), val = vec(acc(j)), lo = vec(ids_lo(j));
+  const x86::Vec x = vec(xtmp_), val = vec(acc(j));
+  if (!tracks_ids()) {
+    a_.vmaxps(val, x, val);
+    return;
+  }
+  const x86::Vec rid = vec(bcast_), lo = vec(ids_lo(j));
   const bool two = id_regs_of(v) == 2;
   if (t_.avx512) {
     a_.vcmpps(k_cmp_, x, val, kCmpGtOq);
