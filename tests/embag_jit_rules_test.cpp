@@ -78,14 +78,18 @@ TEST_CASE("embag jit: key names are canonical and round-trip") {
   k.padding = true;
   k.prefetch = 0;
   CHECK(k.name() == "embag.avx2.f32.d128.max.i32.o64.pad.pf0");
+  k.index_outputs = false;
+  CHECK(k.name() == "embag.avx2.f32.d128.max.i32.o64.pad.pf0.noidx");
+  CHECK(shapejit::jit::parse_embag_key(k.name()) == k);
   for (const char* bad : {"embag.avx512.f32.d0.sum.i64.o64", "embag.avx512.f32.d128.sum.i64.o64.pf16",
                           "embag.avx512.f32.d128.sum.i64", "embag.avx512.f32.d128.sum.i64.o64.pad.w",
-                          "embag.avx512.f32.d0128.sum.i64.o64", "embag.sse.f32.d8.sum.i64.o64", ""})
+                          "embag.avx512.f32.d0128.sum.i64.o64", "embag.sse.f32.d8.sum.i64.o64",
+                          "embag.avx512.f32.d8.sum.i64.o64.noidx.pf0", "embag.avx512.f32.d8.sum.i64.o64.noidx.noidx", ""})
     CHECK_MESSAGE(!shapejit::jit::parse_embag_key(bad), bad);
   shapejit::jit::EmbagKeyHash hash;
   for (int64_t dim : {0, 1, 17, 4100})
     for (int m = 0; m < 3; ++m)
-      for (int flags = 0; flags < 16; ++flags) {
+      for (int flags = 0; flags < 32; ++flags) {
         EmbagKey key;
         key.isa = flags & 8 ? Isa::kAvx2 : Isa::kNeon;
         key.dim = dim;
@@ -93,6 +97,7 @@ TEST_CASE("embag jit: key names are canonical and round-trip") {
         key.weighted = flags & 1;
         key.padding = flags & 2;
         key.index = flags & 4 ? DType::kI32 : DType::kI64;
+        key.index_outputs = (flags & 16) == 0;
         key.prefetch = dim % 3 == 0 ? 16 : int(dim);
         const auto back = shapejit::jit::parse_embag_key(key.name());
         REQUIRE_MESSAGE(back.has_value(), key.name());

@@ -34,7 +34,7 @@ using namespace shapejit::test::embag_jit;
 uint64_t battery_seed() { return shapejit::test::test_seed(0x5eed3); }
 
 // Every width x {sum, weighted sum, mean, max} x padding x {i32, i64}^2, prefetch (distance,
-// head of row or every line) rotating;
+// head of row or every line) and index outputs (all, or none) rotating;
 // each problem runs in one call and split into two bag ranges.
 void run_battery(Isa isa, uint64_t seed) {
   asmjit::JitRuntime rt;
@@ -54,6 +54,8 @@ void run_battery(Isa isa, uint64_t seed) {
           p.key.prefetch = kBatteryPrefetches[number % 5];
           // Every other round of distances prefetches only the heads of rows (every mode).
           p.key.prefetch_head = (number / 5) % 2 == 1 && shapejit::jit::embag_prefetch_head_defined(p.key);
+          // Every third problem computes the output only (no offset2bag, counts or max ids).
+          p.key.index_outputs = number % 3 != 2;
           Rng rng(mix(seed ^ mix(uint64_t(number) * 2 + (isa == Isa::kAvx2))));
           make_problem(p, rng);
           const auto kernel = shapejit::jit::generate_embag_kernel(p.key, rt);

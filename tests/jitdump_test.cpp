@@ -53,6 +53,8 @@ const std::vector<std::string> kGoldenKeys{
     "embag.avx2.q8.d20.max.i64.o64.pad.outbf16",
     // NEON, cross-emitted on x86-64 hosts: max with a tail and 32-bit types.
     "embag.neon.f32.d13.max.i32.o32",
+    // Max without index outputs: no ids, counts or offset2bag.
+    "embag.avx2.f32.d13.max.i64.o32.noidx",
     // Linear-group microkernels: bias, SLEEF gelu (its address shown by name) and scale on
     // AVX-512; relu and the offset-table store on AVX2.
     "gemm.avx512.4x32.k3.bias.gelu.scale",
@@ -296,6 +298,10 @@ TEST_CASE("jitdump: flags and --key name the same kernel") {
   CHECK(key.out == flags.out);
   CHECK(field(run_ok({"embedding-bag", "-d", "5", "-w", "--isa", "avx512", "--golden"}).out, "kernel") ==
         "embag.avx512.f32.d5.sum.i64.o64.w");
+  const Result lean = run_ok({"embedding-bag", "-d", "40", "-m", "mean", "--no-index-outputs", "--isa", "avx2",
+                              "--golden"});
+  CHECK(field(lean.out, "kernel") == "embag.avx2.f32.d40.mean.i64.o64.noidx");
+  CHECK(run_ok({"embedding-bag", "--key", "embag.avx2.f32.d40.mean.i64.o64.noidx", "--golden"}).out == lean.out);
 }
 
 TEST_CASE("jitdump: listings use the instructions each mode and ISA needs") {
@@ -318,6 +324,9 @@ TEST_CASE("jitdump: listings use the instructions each mode and ISA needs") {
       {"embag.avx512.f32.d64.max.i64.o64", {"vcmpps"}, {}},
       {"embag.avx2.f32.d64.max.i64.o64", {"vcmpps", "vblendvps"}, {}},
       {"embag.avx512.f32.d64.sum.i64.o64.pf0", {"vaddps"}, {"prefetcht0"}},
+      // Without index outputs max is vmaxps alone: no compare, no id blend or widening.
+      {"embag.avx2.f32.d64.max.i64.o64.noidx", {"vmaxps"}, {"vcmpps", "vblendvps", "vpmovzxdq"}},
+      {"embag.avx512.f32.d64.max.i64.o64.noidx", {"vmaxps"}, {"vcmpps", "vmovdqa32", "vpmovzxdq"}},
   };
   for (const Expect& c : cases) {
     const Result r = run_ok({"embedding-bag", "--key", c.key, "--golden"});

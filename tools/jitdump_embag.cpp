@@ -18,7 +18,8 @@ using jit::EmbagKey;
 using jit::Isa;
 
 constexpr const char* kKeyFormat =
-    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head], "
+    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head]"
+    "[.noidx], "
     "e.g. embag.avx512.f32.d128.sum.i64.o64 or embag.avx2.q4.d128.max.i32.o32.outbf16";
 
 /// The flags as CLI11 parsed them; turned into an EmbagKey by make_key().
@@ -37,6 +38,7 @@ struct EmbagFlags {
   bool pruned = false;
   int prefetch = 16;
   bool prefetch_head = false;
+  bool no_index_outputs = false;
   DumpOptions dump;
   std::vector<const CLI::Option*> key_flags;  // the flags --key replaces, to reject mixing them
 };
@@ -107,6 +109,7 @@ EmbagKey make_key(const EmbagFlags& f) {
   key.offset = int_from(f.offset);
   key.prefetch = f.prefetch;
   key.prefetch_head = f.prefetch_head;
+  key.index_outputs = !f.no_index_outputs;
   require_generated(key, "embedding-bag: " + key.name());
   return key;
 }
@@ -169,6 +172,9 @@ Command add_embedding_bag_command(CLI::App& parent) {
   shape.push_back(app->add_flag("--prefetch-head", flags->prefetch_head,
                                 "Prefetch only the head of each row (f32 rows; the engine's choice on AVX2 but for max, "
                                 "and on AVX-512 for a table within half of L3)"));
+  shape.push_back(app->add_flag("--no-index-outputs", flags->no_index_outputs,
+                                "Compute the output only (skip_index_outputs): no offset2bag, bag_size or max_indices, "
+                                "and max keeps no row ids"));
   flags->key_flags.assign(shape.begin(), shape.end());
 
   add_dump_options(*app, flags->dump);

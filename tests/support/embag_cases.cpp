@@ -387,6 +387,7 @@ shapejit_embedding_bag_ex_args EmbagCase::to_ex_args(const void* table) const {
     e.mapping_len = int64_t(mapping->size());
   }
   e.offsets_as_lengths = offsets_as_lengths;
+  e.skip_index_outputs = skip_index_outputs;
   return e;
 }
 
@@ -458,6 +459,8 @@ EmbagCase make_embag_case(uint64_t seed, int64_t number, const EmbagCaseOptions&
     else if (options.extended && (table == SHAPEJIT_Q4 || table == SHAPEJIT_Q2) && chance(ext, 0.5))
       round_weights(c, SHAPEJIT_F16);
   }
+
+  if (options.extended) c.skip_index_outputs = chance(ext, 0.25);
 
   for (int64_t v : c.indices) c.indices_i32.push_back(static_cast<int32_t>(v));
   for (int64_t v : c.offsets) c.offsets_i32.push_back(static_cast<int32_t>(v));
@@ -559,6 +562,7 @@ std::string EmbagCase::summary() const {
   if (include_last_offset) os << " include_last_offset";
   if (aten_partial_final_offset) os << " aten_partial_final_offset";
   if (offsets_as_lengths) os << " offsets_as_lengths";
+  if (skip_index_outputs) os << " skip_index_outputs";
   return os.str();
 }
 

@@ -55,6 +55,7 @@ struct EmbagCase {
   shapejit_dtype output_dtype = SHAPEJIT_F32;
   std::optional<std::vector<int32_t>> mapping;  ///< compressed_indices_mapping (pruned tables)
   bool offsets_as_lengths = false;
+  bool skip_index_outputs = false;  ///< only the output (extended cases; ex args only)
   shapejit_mode mode = SHAPEJIT_SUM;
   std::optional<int64_t> padding_idx;  ///< as passed: may be negative (wraps by num_rows)
   bool include_last_offset = false;
