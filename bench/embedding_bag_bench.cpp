@@ -12,7 +12,9 @@
 //         jit-<isa>, limit-<isa>  the same two on a lower vector ISA the host also runs
 //                (jit pinned with rt::ScopedIsaOverride): on AVX-512 hosts jit-avx2 and
 //                limit-avx2, so every ISA's kernels meet the limit of their own ISA in one run
-//   mode  sum, mean, wsum (sum with per_sample_weights), max
+//   mode  sum, mean, wsum (sum with per_sample_weights), max; mean-noidx and max-noidx: jit
+//         computes the output only (skip_index_outputs, NULL index outputs), as an inference
+//         caller would; their limit and aten rows are mean's and max's (ATen has no such call)
 //   len   indices per bag; `zipf32` = Zipf-like lengths (bag of rank r gets ~1/r of the
 //         indices) with the same total as 32 per bag, bag order shuffled
 // Cases: D in {32, 64, 128, 256, 512} x every mode on 4096-row tables with 256 bags x 32
@@ -87,12 +89,15 @@ struct ModeSpec {
   bool weighted;
   LimitOp limit_op;
   int aten_mode;
+  bool output_only = false;  ///< jit: skip_index_outputs (the limit and ATen rows are the mode's)
 };
 
 constexpr ModeSpec kSum{"sum", SHAPEJIT_SUM, false, LimitOp::kSum, 0};
 constexpr ModeSpec kMean{"mean", SHAPEJIT_MEAN, false, LimitOp::kMean, 1};
 constexpr ModeSpec kWeightedSum{"wsum", SHAPEJIT_SUM, true, LimitOp::kWeightedSum, 0};
 constexpr ModeSpec kMax{"max", SHAPEJIT_MAX, false, LimitOp::kMax, 2};
+constexpr ModeSpec kMeanOutputOnly{"mean-noidx", SHAPEJIT_MEAN, false, LimitOp::kMean, 1, true};
+constexpr ModeSpec kMaxOutputOnly{"max-noidx", SHAPEJIT_MAX, false, LimitOp::kMax, 2, true};
 
 struct Case {
   Impl impl;
@@ -155,6 +160,14 @@ class JitRunner final : public Runner {
   }
   void run(int64_t set) override {
     const auto args = make_args(w_, set, mode_);
+    if (mode_.output_only) {  // the output alone, as an inference caller asks for it
+      shapejit_embedding_bag_ex_args ex;
+      shapejit_embedding_bag_ex_init(&ex, &args);
+      ex.skip_index_outputs = 1;
+      if (shapejit_embedding_bag_ex(&ex, out_.output.data(), nullptr, nullptr, nullptr) != SHAPEJIT_OK)
+        throw std::runtime_error(std::string("shapejit_embedding_bag_ex: ") + shapejit_last_error());
+      return;
+    }
     if (shapejit_embedding_bag(&args, out_.output.data(), out_.offset2bag.data(),
                                out_.bag_size.data(), out_.max_indices.data()) != SHAPEJIT_OK)
       throw std::runtime_error(std::string("shapejit_embedding_bag: ") + shapejit_last_error());
@@ -347,7 +360,7 @@ void register_problem(const ModeSpec& mode, const WorkloadSpec& data) {
   static const std::vector<jit::Isa> isas = bench_isas();
   for (int threads : {1, 2}) {
     for (Impl impl : {Impl::kLimit, Impl::kAten, Impl::kRef, Impl::kJit})
-      if (threads == 1 || impl == Impl::kLimit || impl == Impl::kJit)
+      if ((threads == 1 || impl == Impl::kLimit || impl == Impl::kJit) && !(mode.output_only && impl == Impl::kRef))
         register_case({impl, mode, data, threads, isas.front()});
     for (size_t i = 1; i < isas.size(); ++i)
       for (Impl impl : {Impl::kLimit, Impl::kJit})
@@ -357,7 +370,7 @@ void register_problem(const ModeSpec& mode, const WorkloadSpec& data) {
 
 bool register_all() {
   for (int64_t dim : {32, 64, 128, 256, 512})
-    for (const ModeSpec& mode : {kSum, kMean, kWeightedSum, kMax})
+    for (const ModeSpec& mode : {kSum, kMean, kWeightedSum, kMax, kMeanOutputOnly, kMaxOutputOnly})
       register_problem(mode, WorkloadSpec{.rows = 4096, .dim = dim, .bags = 256, .mean_len = 32});
   register_problem(
       kSum, WorkloadSpec{.rows = 1000000, .dim = 128, .bags = 256, .mean_len = 32, .cold = true});
