@@ -116,19 +116,14 @@ BagResults run_bag(const shapejit_embedding_bag_ex_args& call, int64_t mode, con
 }
 
 at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char* what) {
-  const rt::EmbagCallPlan plan = plan_bag(call, what);
+  // The engine computes the output alone: no index results to allocate, and max and mean skip
+  // the id and count work (skip_index_outputs).
+  shapejit_embedding_bag_ex_args output_only = call;
+  output_only.skip_index_outputs = 1;
+  const rt::EmbagCallPlan plan = plan_bag(output_only, what);
   const shapejit_embedding_bag_shapes& s = plan.shapes;
   at::Tensor output = empty_cpu({s.output_rows, s.output_cols}, output_type(plan));
-  // The three index results the caller does not want land in this thread's scratch, which only
-  // grows, so a steady stream of calls allocates nothing but the output. It never overlaps an
-  // input or the output (the engine checks that too).
-  thread_local std::vector<int64_t> scratch;
-  const size_t o2b = size_t(s.offset2bag_len), counts = size_t(s.bag_size_len);
-  const size_t need = o2b + counts + size_t(s.max_indices_rows * s.max_indices_cols);
-  if (scratch.size() < need) scratch.resize(need);
-  int64_t* base = scratch.data();
-  run_plan(plan, output.data_ptr(), o2b ? base : nullptr, counts ? base + o2b : nullptr,
-           need > o2b + counts ? base + o2b + counts : nullptr, what);
+  run_plan(plan, output.data_ptr(), nullptr, nullptr, nullptr, what);
   return output;
 }
 

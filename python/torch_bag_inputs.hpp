@@ -39,8 +39,8 @@ void fill_bag_args(shapejit_embedding_bag_args& a, const BagInputs& in, int64_t 
 /// check_status reports them, `what` naming the operator.
 BagResults run_bag(const shapejit_embedding_bag_ex_args& call, int64_t mode, const char* what);
 
-/// As run_bag, but returns the output alone: the other three results go to per-thread scratch
-/// (what nn.EmbeddingBag's forward keeps of torch.embedding_bag, without their allocations).
+/// As run_bag, but computes and returns the output alone (skip_index_outputs): what
+/// nn.EmbeddingBag's forward keeps of torch.embedding_bag.
 at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char* what);
 
 /// Empty results of the shapes shapejit reports; output has dtype `value_type`, max_indices is

@@ -84,10 +84,10 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
         mapping = None if not_pruned else compressed_indices_mapping
     # TorchScript sees `mode` as the int it is annotated; eager callers may also pass a name.
     mode_number = mode if torch.jit.is_scripting() else _mode_number(mode)
-    result = torch.ops.shapejit.quantized_embedding_bag(
+    # The output alone: the engine skips offset2bag, bag_size and max_indices (and max's ids).
+    return torch.ops.shapejit.quantized_embedding_bag_output(
         weight, bits, indices, offsets, mode_number, per_sample_weights, padding_idx, include_last_offset,
         mapping, True, torch.float32, None)
-    return result[0]
 
 
 def embedding_bag_byte_rowwise_offsets(weight: Tensor, indices: Tensor, offsets: Optional[Tensor] = None,

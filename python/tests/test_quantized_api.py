@@ -144,3 +144,32 @@ def test_quantized_module_from_float_keeps_mode_and_state(sj, seed):
         clone = sj.QuantizedEmbeddingBag(torch.zeros_like(module.packed_weight), bits, "max", True)
         clone.load_state_dict(module.state_dict())
         assert_same_tensor(clone(indices, offsets), expected, "{}-bit module from its state_dict".format(bits))
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_output_only_op_equals_the_full_op_output(sj, seed, bits):
+    """quantized_embedding_bag_output (what the rowwise functions and the module call) skips the
+    index results; its output is the full op's, bitwise, in every mode, with padding, pruning,
+    weights, lengths-style offsets and threaded calls."""
+    g = random.Random(seed * 3 + bits)
+    gen = torch.Generator().manual_seed(seed + bits)
+    for case in range(40):
+        dim = g.choice([4, 8, 12, 16, 36, 64, 128])
+        rows = g.randint(1, 60)
+        weight = packed_table(bits, dim=dim, rows=rows, seed=case)
+        n = g.choice([0, 1, 7, 40, 3000])
+        indices = torch.randint(0, rows, (n,), generator=gen)
+        cuts = sorted(g.randint(0, n) for _ in range(g.randint(1, 12)))
+        include_last_offset, as_lengths = g.random() < 0.3, g.random() < 0.3
+        offsets = torch.tensor([0] + cuts + ([n] if include_last_offset else []))
+        mode = g.choice([0, 1, 2])
+        psw = torch.rand(n, generator=gen) if mode == 0 and g.random() < 0.4 else None
+        padding_idx = g.randrange(rows) if g.random() < 0.3 else None
+        mapping = None
+        if g.random() < 0.3:
+            mapping = torch.randint(-1, rows, (rows,), generator=gen, dtype=torch.int32)
+        args = (weight, bits, indices, offsets, mode, psw, padding_idx, include_last_offset, mapping, as_lengths,
+                torch.float32, None)
+        full = torch.ops.shapejit.quantized_embedding_bag(*args)
+        only = torch.ops.shapejit.quantized_embedding_bag_output(*args)
+        assert_same_tensor(only, full[0], "case {} (bits {}, mode {}, D {}, N {})".format(case, bits, mode, dim, n))
