@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "python/torch_bag_inputs.hpp"
@@ -114,33 +115,22 @@ QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t b
   return c;
 }
 
-// All four results.
-BagResults quantized_embedding_bag(const at::Tensor& weight, int64_t bits, const at::Tensor& indices,
-                                   const c10::optional<at::Tensor>& offsets, int64_t mode,
-                                   const c10::optional<at::Tensor>& per_sample_weights,
-                                   c10::optional<int64_t> padding_idx, bool include_last_offset,
-                                   const c10::optional<at::Tensor>& compressed_indices_mapping,
-                                   bool offsets_as_lengths, c10::optional<at::ScalarType> output_dtype,
-                                   c10::optional<int64_t> dim) {
+// torch.ops.shapejit.quantized_embedding_bag (all four results) and, kOutputOnly,
+// quantized_embedding_bag_output (the output alone, what torch's quantized rowwise ops return,
+// computed without the index results).
+template <bool kOutputOnly>
+std::conditional_t<kOutputOnly, at::Tensor, BagResults> quantized_embedding_bag(
+    const at::Tensor& weight, int64_t bits, const at::Tensor& indices, const c10::optional<at::Tensor>& offsets,
+    int64_t mode, const c10::optional<at::Tensor>& per_sample_weights, c10::optional<int64_t> padding_idx,
+    bool include_last_offset, const c10::optional<at::Tensor>& compressed_indices_mapping, bool offsets_as_lengths,
+    c10::optional<at::ScalarType> output_dtype, c10::optional<int64_t> dim) {
+  const char* name = kOutputOnly ? "quantized_embedding_bag_output" : "quantized_embedding_bag";
   const QuantizedCall c =
-      quantized_call("shapejit.quantized_embedding_bag", weight, bits, indices, offsets, mode, per_sample_weights,
-                     padding_idx, include_last_offset, compressed_indices_mapping, offsets_as_lengths, output_dtype, dim);
-  return run_bag(c.ex, mode, "quantized_embedding_bag");
-}
-
-// The output alone (what torch's quantized rowwise ops return), computed without the index
-// results.
-at::Tensor quantized_embedding_bag_output(const at::Tensor& weight, int64_t bits, const at::Tensor& indices,
-                                          const c10::optional<at::Tensor>& offsets, int64_t mode,
-                                          const c10::optional<at::Tensor>& per_sample_weights,
-                                          c10::optional<int64_t> padding_idx, bool include_last_offset,
-                                          const c10::optional<at::Tensor>& compressed_indices_mapping,
-                                          bool offsets_as_lengths, c10::optional<at::ScalarType> output_dtype,
-                                          c10::optional<int64_t> dim) {
-  const QuantizedCall c = quantized_call("shapejit.quantized_embedding_bag_output", weight, bits, indices, offsets,
-                                         mode, per_sample_weights, padding_idx, include_last_offset,
-                                         compressed_indices_mapping, offsets_as_lengths, output_dtype, dim);
-  return run_bag_output(c.ex, "quantized_embedding_bag_output");
+      quantized_call(kOutputOnly ? "shapejit.quantized_embedding_bag_output" : "shapejit.quantized_embedding_bag",
+                     weight, bits, indices, offsets, mode, per_sample_weights, padding_idx, include_last_offset,
+                     compressed_indices_mapping, offsets_as_lengths, output_dtype, dim);
+  if constexpr (kOutputOnly) return run_bag_output(c.ex, name);
+  else return run_bag(c.ex, mode, name);
 }
 
 // torch's embedding_bag_{byte,4bit,2bit}_prepack: the last dim is a row. 8-bit takes any rank
@@ -201,13 +191,13 @@ void register_quantized(torch::Library& m) {
       "Tensor? per_sample_weights=None, int? padding_idx=None, bool include_last_offset=False, "
       "Tensor? compressed_indices_mapping=None, bool offsets_as_lengths=False, ScalarType? output_dtype=None, "
       "int? dim=None) -> (Tensor, Tensor, Tensor, Tensor)",
-      quantized_embedding_bag);
+      quantized_embedding_bag<false>);
   m.def(
       "quantized_embedding_bag_output(Tensor weight, int bits, Tensor indices, Tensor? offsets=None, int mode=0, "
       "Tensor? per_sample_weights=None, int? padding_idx=None, bool include_last_offset=False, "
       "Tensor? compressed_indices_mapping=None, bool offsets_as_lengths=False, ScalarType? output_dtype=None, "
       "int? dim=None) -> Tensor",
-      quantized_embedding_bag_output);
+      quantized_embedding_bag<true>);
   m.def("rowwise_prepack(Tensor weight, int bits, bool optimized_qparams=False, int nbins=200, float ratio=0.16) "
         "-> Tensor",
         rowwise_prepack);
