@@ -207,6 +207,7 @@ void draw_ex_options(Draw& d, Call& c) {
     shapejit::fuzz::store_enum(c.ex.output_dtype, d.dtype(natural, 90));
   }
   c.ex.offsets_as_lengths = d.chance(20) ? 1 : 0;
+  c.ex.skip_index_outputs = d.chance(15) ? 1 : 0;
   if (d.chance(3)) c.ex.struct_size = size_t(d.in_range(0, int64_t(sizeof c.ex) + 16));
 }
 
@@ -310,7 +311,8 @@ std::string describe(const Call& c) {
     s += "\n  ex: struct_size " + std::to_string(c.ex.struct_size) + " output dtype " + std::to_string(out_t) +
          " psw dtype " + std::to_string(psw_t) + " mapping " + (c.ex.compressed_indices_mapping ? "" : "NULL ") +
          std::to_string(c.ex.mapping_len) + " " + shapejit::fuzz::list_text(std::vector<int64_t>(c.mapping.begin(), c.mapping.end())) +
-         " offsets_as_lengths " + std::to_string(c.ex.offsets_as_lengths);
+         " offsets_as_lengths " + std::to_string(c.ex.offsets_as_lengths) + " skip_index_outputs " +
+         std::to_string(c.ex.skip_index_outputs);
   }
   if (!c.table.empty()) s += "\n  table[0] " + shapejit::fuzz::float_text(c.table[0]);
   return s;
@@ -342,6 +344,7 @@ shapejit_embedding_bag_ex_args effective_ex(const Call& c) {
   take(offsetof(shapejit_embedding_bag_ex_args, compressed_indices_mapping), sizeof e.compressed_indices_mapping);
   take(offsetof(shapejit_embedding_bag_ex_args, mapping_len), sizeof e.mapping_len);
   take(offsetof(shapejit_embedding_bag_ex_args, offsets_as_lengths), sizeof e.offsets_as_lengths);
+  take(offsetof(shapejit_embedding_bag_ex_args, skip_index_outputs), sizeof e.skip_index_outputs);
   return e;
 }
 

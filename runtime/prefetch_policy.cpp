@@ -104,10 +104,13 @@ int distance_of(jit::Isa isa, int64_t row_bytes, bool beyond) {
 /// not prefetched come from memory too late); NEON is not measured.
 ///
 /// Max rows (the Zen 4 host, 4096-row tables, interleaved A/B): on AVX-512 +7-12 % at D=32,
-/// +2-6 % at D=64, +1-5 % at D=128, even at D = 256..512; on AVX2, where max splits a row into
-/// column blocks from D=64, -2..-7 % at D = 64..128 (the AVX2 EPYC host: -5..-10 % at D=64).
-bool head_pays(jit::Isa isa, bool beyond, Mode mode) {
-  if (isa == jit::Isa::kAvx2) return mode != Mode::kMax;
+/// +2-6 % at D=64, +1-5 % at D=128, even at D = 256..512; on AVX2, where max with ids splits a
+/// row into column blocks from D=64 (a value and an id register per vector), -2..-7 % at
+/// D = 64..128 (the AVX2 EPYC host: -5..-10 % at D=64). Max without ids (no index outputs)
+/// keeps sum's blocks and gains like sum on AVX2: two A/B runs on the Zen 4 host, D=32 +1..+6 %,
+/// D=64 +2 %, D=128 +3 %, D=256 -1..+2 %, D=512 -2..+16 %.
+bool head_pays(jit::Isa isa, bool beyond, bool max_ids) {
+  if (isa == jit::Isa::kAvx2) return !max_ids;
   return isa == jit::Isa::kAvx512 && !beyond;
 }
 
@@ -145,7 +148,7 @@ int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa, int64_t row_byt
 }  // namespace
 
 bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes) {
-  return head_pays(isa, beyond_l3(num_rows, row_stride_bytes), Mode::kSum);
+  return head_pays(isa, beyond_l3(num_rows, row_stride_bytes), false);
 }
 
 int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows, int64_t row_stride_bytes) {
@@ -155,7 +158,7 @@ int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& p, jit::Isa isa) {
   EmbagPrefetch out;
   const bool beyond = beyond_l3(p.num_rows, p.row_stride_bytes);
-  out.row_head = head_pays(isa, beyond, p.mode);
+  out.row_head = head_pays(isa, beyond, p.mode == Mode::kMax && p.index_outputs);
   if (const int forced = prefetch_override(); forced >= 0) {
     out.distance = forced;
     return out;

@@ -28,7 +28,7 @@ using shapejit::rt::private_cache_bytes;
 // The API's key for a valid call over `rows` x `dim` (rows row_stride apart) that reads only
 // row 0.
 shapejit::jit::EmbagKey api_key(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::Isa isa,
-                                shapejit_dtype table, shapejit_mode mode) {
+                                shapejit_dtype table, shapejit_mode mode, bool output_only = false) {
   static const float value = 1.0f;
   static const int64_t index = 0, offset = 0;
   shapejit_embedding_bag_args a{};
@@ -44,7 +44,10 @@ shapejit::jit::EmbagKey api_key(int64_t rows, int64_t dim, int64_t row_stride, s
   a.offset_dtype = SHAPEJIT_I64;
   a.num_offsets = 1;
   a.mode = mode;
-  return make_embag_key(shapejit::rt::plan_embedding_bag(a), isa);
+  shapejit_embedding_bag_ex_args e{};
+  shapejit_embedding_bag_ex_init(&e, &a);
+  e.skip_index_outputs = output_only;
+  return make_embag_key(shapejit::rt::plan_embedding_bag(e), isa);
 }
 
 int key_prefetch(int64_t rows, int64_t dim, int64_t row_stride, shapejit::jit::Isa isa = shapejit::jit::Isa::kAvx2,
@@ -164,6 +167,8 @@ TEST_CASE("head-of-row prefetch: f32 rows on AVX2 but max, and on AVX-512 for a 
   CHECK(key_head(big, 128, Isa::kAvx2));
   CHECK(key_head(big, 128, Isa::kAvx2, SHAPEJIT_MEAN));
   CHECK_FALSE(key_head(big, 128, Isa::kAvx2, SHAPEJIT_MAX));
+  // Max without index outputs keeps no ids, so its rows are blocked like sum's: heads pay.
+  CHECK(api_key(big, 128, 128, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MAX, true).prefetch_head);
   CHECK_FALSE(key_head(big, 128, Isa::kAvx2, SHAPEJIT_SUM, SHAPEJIT_F16));
   CHECK_FALSE(key_head(big, 128, Isa::kAvx512));  // beyond L3: every line
   CHECK_FALSE(key_head(big, 128, Isa::kNeon));
