@@ -222,8 +222,8 @@ inline bool sign_clear(U bits) {
 }
 
 // One OR chain: OR's one-cycle latency keeps up with the loads, and the compiler vectorises the
-// reduction itself (per-lane accumulators in an array, as a max needed, were kept in memory and
-// zeroed with `rep stos` on every call).
+// reduction itself (per-lane accumulators in an array were kept in memory and zeroed with
+// `rep stos` on every call).
 template <class U, class T>
 inline __attribute__((always_inline)) bool indices_in_range_body(const T* idx, int64_t n, U limit) {
   const U last = limit - 1;  // wraps to all ones for limit 0: every index fails
@@ -242,12 +242,36 @@ inline bool few_indices_in_range(const T* idx, int64_t n, U limit) {
     if (!sign_clear(index_sign_bits(idx[i], last))) return false;
   return true;
 }
+// Where the ISA has an unsigned max of the index width (AVX-512 for 64 bits, AVX2 for 32), a
+// max reduction: one instruction per vector with its load folded in, where the OR form needs a
+// load, a subtract and an OR. A negative index is a huge unsigned value, so it fails as well.
+// On the Zen 4 host, 8192 int64 indices from L2: 0.75 us against the OR form's 1.03 us (alone);
+// through the C ABI, 256 bags x 32 at D = 32..64, 1-2 % at 1 thread and 2-3 % at 2 (interleaved).
+template <class U, class T>
+inline __attribute__((always_inline)) bool indices_below_by_max(const T* idx, int64_t n, U limit) {
+  U high = 0;
+  for (int64_t i = 0; i < n; ++i) high = std::max(high, static_cast<U>(idx[i]));
+  return n == 0 || high < limit;
+}
+
 // limit <= 2^63 (int64) and <= 2^31 (int32), so limit - 1 is a non-negative T but for limit 0.
-SHAPEJIT_VECTOR_CLONES bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
+#if SHAPEJIT_HAS_VECTOR_CLONES
+__attribute__((target("avx512f"))) bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
+  return indices_below_by_max<uint64_t>(idx, n, limit);
+}
+__attribute__((target("avx2"))) bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
   return indices_in_range_body<uint64_t>(idx, n, limit);
 }
+__attribute__((target("default"))) bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
+  return indices_in_range_body<uint64_t>(idx, n, limit);
+}
+#else
+bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
+  return indices_in_range_body<uint64_t>(idx, n, limit);
+}
+#endif
 SHAPEJIT_VECTOR_CLONES bool indices_in_range(const int32_t* idx, int64_t n, uint64_t limit) {
-  return indices_in_range_body<uint32_t>(idx, n, static_cast<uint32_t>(limit));
+  return indices_below_by_max<uint32_t>(idx, n, static_cast<uint32_t>(limit));
 }
 
 // Only the error path: names the first index out of range (one is).

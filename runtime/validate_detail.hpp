@@ -38,8 +38,10 @@ using rt::dtype_name;
 // relocation, before the sanitizer runtime is initialised, and its instrumented code crashes
 // there (seen with -fsanitize=thread).
 #if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define SHAPEJIT_HAS_VECTOR_CLONES 1
 #define SHAPEJIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
+#define SHAPEJIT_HAS_VECTOR_CLONES 0
 #define SHAPEJIT_VECTOR_CLONES
 #endif
 
