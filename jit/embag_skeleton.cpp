@@ -400,7 +400,8 @@ void EmbagSkeleton::emit_row_accumulate(const EmbagBlock& blk) {
   accumulate(blk);
 }
 
-// The first counted row of the bag is copied as is (keeps -0.0 and NaN), with its id.
+// The first counted row of the bag is copied as is (keeps -0.0 and NaN), with its id when the
+// kernel tracks ids.
 void EmbagSkeleton::emit_max_first(const EmbagBlock& blk) {
   if (tracks_ids()) broadcast_row_id();
   form_row_address();
@@ -413,7 +414,7 @@ void EmbagSkeleton::emit_max_first(const EmbagBlock& blk) {
 }
 
 // Later rows: lanes where x > current (ordered: a NaN never wins, ties keep the earliest) take
-// x and the row id.
+// x, and the row id when the kernel tracks ids.
 void EmbagSkeleton::emit_max_update(const EmbagBlock& blk) {
   if (tracks_ids()) broadcast_row_id();
   form_row_address();
