@@ -57,4 +57,9 @@ shapejit_status shapejit_embedding_bag_ex(const shapejit_embedding_bag_ex_args* 
   });
 }
 
+shapejit_status shapejit_embedding_bags(const shapejit_embedding_bag_ex_args* const* calls,
+                                       const shapejit_embedding_bag_outputs* outputs, int64_t count) {
+  return shapejit::rt::guarded([&] { shapejit::rt::run_embedding_bags(calls, outputs, count); });
+}
+
 }  // extern "C"

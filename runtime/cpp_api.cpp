@@ -96,6 +96,16 @@ void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out)
   rt::run_embedding_bag(call.to_c_ex(), out.output, out.offset2bag, out.bag_size, out.max_indices);
 }
 
+void embedding_bags(std::span<const EmbeddingBagCall> calls, std::span<const EmbeddingBagOutputs> outputs) {
+  std::vector<shapejit_embedding_bag_ex_args> c;
+  std::vector<rt::EmbagOutputs> o;
+  c.reserve(calls.size());
+  o.reserve(outputs.size());
+  for (const EmbeddingBagCall& call : calls) c.push_back(call.to_c_ex());
+  for (const EmbeddingBagOutputs& out : outputs) o.push_back({out.output, out.offset2bag, out.bag_size, out.max_indices});
+  rt::run_embedding_bags(c, o);
+}
+
 EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call) {
   const rt::EmbagCallPlan plan = rt::plan_embedding_bag(call.to_c_ex());  // the one validation
   const EmbeddingBagShapes s = rt::to_cpp_shapes(plan.shapes);

@@ -79,6 +79,14 @@ struct EmbagCallPlan {
   EmbagCallPlan& operator=(const EmbagCallPlan&) = delete;
 };
 
+/// The caller's four output buffers of one call (any may be null where its shape is empty).
+struct EmbagOutputs {
+  void* output = nullptr;
+  void* offset2bag = nullptr;
+  void* bag_size = nullptr;
+  void* max_indices = nullptr;
+};
+
 /// The C++ API's shapes type from the C one.
 EmbeddingBagShapes to_cpp_shapes(const shapejit_embedding_bag_shapes& s);
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "runtime/engine_arena.hpp"
@@ -72,6 +74,12 @@ std::vector<int64_t> partition_bags(const OffsetsView& offsets, int64_t num_bags
                                     int64_t num_indices, int64_t dim, int threads,
                                     const PartitionOptions& options = {});
 
+/// The index positions [first, second) that the check of bags [bag_begin, bag_end) covers, for a
+/// call whose check covers [0, check_end): from the first bag's offset to the next part's, the
+/// first part from 0 and the last up to check_end, so the parts of consecutive ranges tile it.
+std::pair<int64_t, int64_t> check_part(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
+                                       int64_t check_end, int64_t bag_begin, int64_t bag_end);
+
 /// A non-owning reference to a callable body(bag_begin, bag_end).
 using BagRangeFn = FunctionRef<void(int64_t, int64_t)>;
 /// A non-owning reference to a check check(position_begin, position_end) of index positions,
@@ -103,6 +111,40 @@ class BagSchedule {
   int64_t num_bags_, num_indices_;
   std::vector<int64_t> bounds_;         // chunk boundaries when on the engine
   std::optional<EngineTasks> tasks_;    // empty: inline
+};
+
+/// One call of a group (GroupSchedule): its bags and the index positions [0, check_end) to check
+/// before any call of the group writes (0: none).
+struct GroupMember {
+  OffsetsView offsets;
+  int64_t num_bags = 0, num_indices = 0, dim = 0;
+  int64_t check_end = 0;
+};
+/// check(member, position_begin, position_end): true when those index positions pass.
+using GroupCheckFn = FunctionRef<bool(size_t, int64_t, int64_t)>;
+/// body(member, bag_begin, bag_end).
+using GroupBodyFn = FunctionRef<void(size_t, int64_t, int64_t)>;
+
+/// BagSchedule for many calls at once: their bags laid end to end and cut into chunks by the
+/// same guided rule over the work of all of them (partition_bags), a chunk that spans calls
+/// being run as one piece per call; every call's check runs first, in the same region. A group
+/// whose whole work is below twice the minimum chunk, or an engine of one thread, runs on the
+/// calling thread. Like BagSchedule, building it allocates all that running needs.
+class GroupSchedule {
+ public:
+  explicit GroupSchedule(std::span<const GroupMember> members, const PartitionOptions& options = {});
+  /// Runs check over every member's positions [0, check_end), then, when all passed, body over
+  /// every member's bags, each bag in exactly one piece; returns false, having run no body,
+  /// when a check failed. An exception thrown by body reaches the caller.
+  bool run(GroupCheckFn check, GroupBodyFn body);
+
+ private:
+  struct Piece {
+    size_t member;
+    int64_t begin, end;  // bags for a body, index positions for a check
+  };
+  std::vector<Piece> checks_, bodies_;
+  std::optional<EngineTasks> tasks_;  // empty: inline
 };
 
 /// BagSchedule(...).run(body).

@@ -3,6 +3,8 @@
 // output is written. Its product is the call's plan (runtime/embag_call_plan.hpp).
 #pragma once
 
+#include <span>
+
 #include "runtime/embag_call_plan.hpp"
 #include "shapejit/shapejit.h"
 
@@ -58,6 +60,12 @@ void check_indices(const EmbagCallPlan& plan);
 /// compressed_indices_mapping) or with another output.
 void validate_embedding_bag_outputs(const EmbagCallPlan& plan, const void* output, const void* offset2bag,
                                     const void* bag_size, const void* max_indices);
+
+/// The buffer rule across the calls of a group (run_embedding_bags), once each call's own
+/// buffers have passed validate_embedding_bag_outputs: no output of one call shares a byte with
+/// an input or an output of another (inputs may be shared: two calls reading one table). Throws
+/// an Error naming both calls and buffers. O(B log B) in the B buffers of the group.
+void validate_group_outputs(std::span<const EmbagCallPlan> plans, std::span<const EmbagOutputs> outputs);
 
 /// The shapes of a plain call (plan_embedding_bag(args).shapes).
 shapejit_embedding_bag_shapes validate_embedding_bag(const shapejit_embedding_bag_args& args);

@@ -1,9 +1,11 @@
 // The buffer rules of an embedding-bag call: alignment to the element size, and no output sharing
 // a byte with an input or another output. Byte sizes come from the plan, so every table, output
 // and weight dtype is measured in its own element size (quantized rows in bytes).
+#include <algorithm>
 #include <array>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "jit/embag_kernel.hpp"
 #include "runtime/byte_ranges.hpp"
@@ -144,7 +146,54 @@ void check_input_buffers(EmbagCallPlan& plan) {
     plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
 }
 
+// One buffer of a group's call, for the cross-call rule.
+struct GroupBuffer {
+  ByteRange range;
+  size_t call;
+  int id;  // BufferId
+};
+
+[[noreturn, gnu::cold, gnu::noinline]] void report_group_overlap(const GroupBuffer& output, const GroupBuffer& other) {
+  const auto name = [](const GroupBuffer& b) {
+    return describe_buffer("calls[" + to_string(b.call) + "]." + kBufferNames[b.id],
+                           reinterpret_cast<const void*>(b.range.begin), int64_t(b.range.end - b.range.begin));
+  };
+  throw Error(Status::kInvalidArgument,
+              "embedding_bags: " + name(output) + " overlaps " + name(other) +
+                  (other.id < kOutput ? " (an output must not overlap an input of any call of the group)"
+                                      : " (the outputs of the calls of a group must not overlap each other)"));
+}
+
 }  // namespace validate_detail
+
+void validate_group_outputs(std::span<const EmbagCallPlan> plans, std::span<const EmbagOutputs> outputs) {
+  using namespace validate_detail;
+  std::vector<GroupBuffer> outs, ins;
+  for (size_t c = 0; c < plans.size(); ++c) {
+    const EmbagOutputs& o = outputs[c];
+    const std::array<Buffer, kNumOutputs> out = output_buffers(plans[c], o.output, o.offset2bag, o.bag_size, o.max_indices);
+    for (int k = 0; k < kNumOutputs; ++k)
+      if (out[size_t(k)].bytes != 0) outs.push_back({byte_range(out[size_t(k)].data, out[size_t(k)].bytes), c, kOutput + k});
+    for (int k = 0; k < kNumInputs; ++k) {
+      const ByteRange r = plans[c].input_ranges[size_t(k)];
+      if (r.begin < r.end) ins.push_back({r, c, k});
+    }
+  }
+  // Outputs sorted by start: one overlaps another exactly when it starts before the furthest
+  // end of those before it. Outputs of one call were checked against each other already.
+  std::sort(outs.begin(), outs.end(), [](const GroupBuffer& a, const GroupBuffer& b) { return a.range.begin < b.range.begin; });
+  for (size_t k = 1, furthest = 0; k < outs.size(); ++k) {
+    if (outs[k].range.begin < outs[furthest].range.end) report_group_overlap(outs[k], outs[furthest]);
+    if (outs[k].range.end > outs[furthest].range.end) furthest = k;
+  }
+  // Now disjoint, so sorted by end too: the first output ending after an input starts is the
+  // only candidate to overlap it.
+  for (const GroupBuffer& in : ins) {
+    const auto o = std::upper_bound(outs.begin(), outs.end(), in.range.begin,
+                                    [](uintptr_t at, const GroupBuffer& b) { return at < b.range.end; });
+    if (o != outs.end() && o->range.begin < in.range.end) report_group_overlap(*o, in);
+  }
+}
 
 void validate_embedding_bag_outputs(const EmbagCallPlan& plan, const void* output, const void* offset2bag,
                                     const void* bag_size, const void* max_indices) {

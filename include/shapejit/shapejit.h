@@ -128,6 +128,23 @@ SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex_output_shapes(const shape
 SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex(const shapejit_embedding_bag_ex_args*, void* output,
                                                        void* offset2bag, void* bag_size, void* max_indices);
 
+/* ---- Many embedding bags in one call: a model's tables -------------------------------------
+ * Runs count calls as one: one pass of validation over all of them, then all their bags in one
+ * parallel region, partitioned by work across the calls. calls[k] points to an ex struct (each
+ * with its own struct_size, set it as for shapejit_embedding_bag_ex) and outputs[k] holds its
+ * buffers, sized by shapejit_embedding_bag_ex_output_shapes(calls[k]). Every call is validated
+ * and every index checked before any output of any call is written: on failure no output is
+ * touched and the error names the call ("embedding_bags: calls[k]: ..."). The buffer rule holds
+ * across the calls: no output may share a byte with an input or an output of any call (inputs may
+ * be shared, e.g. two calls reading one table). Each call's outputs are bitwise those of the
+ * call made alone. count 0 does nothing; calls and outputs may then be NULL. */
+typedef struct {
+  void* output; void* offset2bag; void* bag_size; void* max_indices;
+} shapejit_embedding_bag_outputs;
+
+SHAPEJIT_API shapejit_status shapejit_embedding_bags(const shapejit_embedding_bag_ex_args* const* calls,
+                                                     const shapejit_embedding_bag_outputs* outputs, int64_t count);
+
 /* ---- Rowwise quantization: torch's embedding_bag_{byte,4bit,2bit}_prepack and _unpack ------
  * Byte-identical to torch 1.13 (docs/quantized-tables-semantics.md). qtype is Q8, Q4 or Q2. */
 /* Bytes of one packed row of `dim` values, or -1 when qtype is not quantized or dim < 0. */

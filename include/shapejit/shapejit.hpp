@@ -125,6 +125,11 @@ SHAPEJIT_API EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCa
 SHAPEJIT_API void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out);
 /// Runs the call into freshly allocated buffers (validated once).
 SHAPEJIT_API EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
+/// Runs many calls as one (a model's tables): outputs[k] receives calls[k]'s results, bitwise
+/// those of embedding_bag(calls[k], outputs[k]). Every call is validated and every index checked
+/// before any output is written; an Error names the call ("embedding_bags: calls[k]: ..."). No
+/// output may overlap an input or an output of any call (shapejit_embedding_bags in shapejit.h).
+SHAPEJIT_API void embedding_bags(std::span<const EmbeddingBagCall> calls, std::span<const EmbeddingBagOutputs> outputs);
 /// The 2-D form: indices [bags, bag_len] with no offsets (bag b holds row b of indices).
 SHAPEJIT_API EmbeddingBagResult embedding_bag_2d(const TableView& weight, IndexView indices, int64_t bags,
                                                  int64_t bag_len, Mode mode,
