@@ -8,7 +8,10 @@
 //    they fail (sentinel-filled, guard zones around every buffer);
 //  - a call that succeeds equals ref::embedding_bag: every output byte, except that two NaNs
 //    may differ in sign and payload (NaN-ness itself is exact);
-//  - no input buffer is written.
+//  - no input buffer is written;
+//  - the same call in a group (shapejit_embedding_bags) next to a small valid call gives the same
+//    status, the single call's message behind "embedding_bags: calls[k]: ", the same outputs, and
+//    leaves both calls' outputs untouched when it fails.
 // Sizes the harness cannot back with memory are only ever paired with arguments the library
 // must reject (null pointers, byte counts that overflow), or run with "sparse" tables whose
 // in-range indices all point at allocated rows.
@@ -22,6 +25,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <span>
 #include <string>
 #include <vector>
@@ -442,6 +446,71 @@ bool claimed_input_holds_output(const Call& c, const GuardedOutputs& out) {
   return holds_output(begin, begin + uintptr_t(e.mapping_len) * 4, out);
 }
 
+// The call again, in a group with a small valid sum (before or after it): the group must answer
+// as the call alone did (`status`, `message`, `alone`'s outputs), naming the call by position.
+void run_in_group(const Call& c, void* const ptr_alone[4], shapejit_status status, const std::string& message,
+                  const GuardedOutputs& alone, const shapejit_embedding_bag_shapes& shapes, bool shapes_ok) {
+  static const float kTable[4] = {1, 2, 3, 4};
+  static const int64_t kIndex[1] = {1}, kOffset[1] = {0};
+  shapejit_embedding_bag_args small{};
+  small.weight = kTable, small.weight_dtype = SHAPEJIT_F32, small.num_rows = 2, small.dim = 2, small.row_stride = 2;
+  small.indices = kIndex, small.index_dtype = SHAPEJIT_I64, small.num_indices = 1;
+  small.offsets = kOffset, small.offset_dtype = SHAPEJIT_I64, small.num_offsets = 1;
+  shapejit_embedding_bag_ex_args small_ex{}, plain_ex{};
+  shapejit_embedding_bag_ex_init(&small_ex, &small);
+  shapejit_embedding_bag_ex_init(&plain_ex, &c.args);
+  shapejit_embedding_bag_shapes small_shapes{};
+  if (shapejit_embedding_bag_output_shapes(&small, &small_shapes) != SHAPEJIT_OK) fail("the small call is invalid");
+  GuardedOutputs small_out(small_shapes, 0xEE, true);
+
+  GuardedOutputs out(shapes_ok ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
+                     shapes_ok ? output_dtype(c) : SHAPEJIT_F32);
+  void* p[4];
+  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs)
+    p[int(which)] = ptr_alone[int(which)] ? out.data(which) : nullptr;
+  const size_t k = size_t(c.args.num_indices & 1);  // the fuzzed call's position
+  const shapejit_embedding_bag_ex_args* calls[2];
+  shapejit_embedding_bag_outputs outs[2];
+  calls[k] = c.use_ex ? &c.ex : &plain_ex;
+  outs[k] = {p[0], p[1], p[2], p[3]};
+  calls[1 - k] = &small_ex;
+  outs[1 - k] = {small_out.data(EmbagOutput::kOutput), small_out.data(EmbagOutput::kOffset2bag),
+                 small_out.data(EmbagOutput::kBagSize), small_out.data(EmbagOutput::kMaxIndices)};
+  const shapejit_status group = shapejit_embedding_bags(calls, outs, 2);
+  shapejit::fuzz::check_status(group, "shapejit_embedding_bags");
+  if (const std::string g = out.check_guards() + small_out.check_guards(); !g.empty()) fail("in a group: " + g);
+  const std::string group_message = shapejit_last_error();
+  // A call may claim more table than the harness backs: the claimed input may then hold some
+  // outputs of one run and not the other's, and an overlap is rightly rejected in that run only
+  // (or named differently).
+  const bool claims_outputs = claimed_input_holds_output(c, alone) || claimed_input_holds_output(c, out) ||
+                              claimed_input_holds_output(c, small_out);
+  if (group != status) {
+    if (!claims_outputs)
+      fail("alone the call gave status " + std::to_string(int(status)) + " (" + message + "), in a group " +
+           std::to_string(int(group)) + " (" + group_message + ")");
+    if (group == SHAPEJIT_OK && shapes_ok) compare_with_reference(c, out, shapes);
+    if (group != SHAPEJIT_OK && (!out.untouched() || !small_out.untouched()))
+      fail("a rejected group changed an output: " + group_message);
+    return;
+  }
+  if (status != SHAPEJIT_OK) {
+    // The group's outputs are other buffers: addresses in the messages differ.
+    const auto no_addresses = [](const std::string& m) { return std::regex_replace(m, std::regex("0x[0-9a-f]+"), "0x"); };
+    const std::string rule = message.rfind("embedding_bag: ", 0) == 0 ? message.substr(15) : message;
+    const std::string want = "embedding_bags: calls[" + std::to_string(k) + "]: " + rule;
+    if (!claims_outputs && no_addresses(group_message) != no_addresses(want))
+      fail("in a group the message is '" + group_message + "', not '" + want + "'");
+    if (!out.untouched() || !small_out.untouched()) fail("a rejected group changed an output: " + group_message);
+    return;
+  }
+  float sum[2];
+  std::memcpy(sum, small_out.bytes(EmbagOutput::kOutput).data(), sizeof sum);
+  if (sum[0] != 3 || sum[1] != 4) fail("the small call of a group computed the wrong sum");
+  if (const std::string d = shapejit::test::first_output_difference(alone, out, output_dtype(c)); !d.empty())
+    fail("in a group the outputs differ from the call alone: " + d);
+}
+
 void run_call(const Call& c) {
   shapejit_embedding_bag_shapes shapes;
   std::memset(&shapes, 0xA5, sizeof shapes);
@@ -490,14 +559,17 @@ void run_call(const Call& c) {
   } else if (status != SHAPEJIT_OK && !(status == SHAPEJIT_INVALID_ARGUMENT && claimed_input_holds_output(c, out))) {
     fail(std::string("output_shapes accepted the call but embedding_bag rejected it: ") + shapejit_last_error());
   }
+  const std::string message = shapejit_last_error();
   if (status != SHAPEJIT_OK) {
-    if (!out.untouched()) fail(std::string("a rejected call changed an output: ") + shapejit_last_error());
+    if (!out.untouched()) fail("a rejected call changed an output: " + message);
     ++tally.rejected;
-    return;
+  } else {
+    compare_with_reference(c, out, shapes);
+    ++tally.accepted;
   }
-  compare_with_reference(c, out, shapes);
-  ++tally.accepted;
+  run_in_group(c, ptr, status, message, out, shapes, shape_status == SHAPEJIT_OK);
 }
+
 
 }  // namespace
 
