@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "python/torch_bag_inputs.hpp"
 #include "python/torch_engine.hpp"
@@ -104,6 +105,35 @@ at::Tensor embedding_bag_output(const at::Tensor& weight, const at::Tensor& indi
   return run_bag_output(c.ex, "embedding_bag_output");
 }
 
+// Many tables' outputs in one engine call (a model's embedding bags): list k holds table k's
+// arguments, as embedding_bag_output takes them.
+std::vector<at::Tensor> embedding_bags_output(at::TensorList weights, at::TensorList indices,
+                                              const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                                              const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                                              const c10::List<bool>& include_last_offset,
+                                              const c10::List<c10::optional<int64_t>>& padding_idx) {
+  constexpr const char* kOp = "shapejit.embedding_bags_output";
+  const size_t n = weights.size();
+  const auto same_length = [&](size_t len, const char* name) {
+    TORCH_CHECK(len == n, kOp, ": ", name, " has ", len, " entries but weights has ", n, " (one per table)");
+  };
+  same_length(indices.size(), "indices");
+  same_length(offsets.size(), "offsets");
+  same_length(modes.size(), "modes");
+  same_length(per_sample_weights.size(), "per_sample_weights");
+  same_length(include_last_offset.size(), "include_last_offset");
+  same_length(padding_idx.size(), "padding_idx");
+  std::vector<FloatTableCall> calls;  // keeps the tensors the arguments point into alive
+  std::vector<shapejit_embedding_bag_ex_args> args;
+  calls.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    calls.push_back(float_table_call(kOp, weights[k], indices[k], offsets.get(k), modes[k], per_sample_weights.get(k),
+                                     include_last_offset.get(k), padding_idx.get(k)));
+    args.push_back(calls.back().ex);
+  }
+  return run_bags_output(args, "embedding_bags_output");
+}
+
 }  // namespace
 }  // namespace shapejit::torch_ext
 
@@ -117,6 +147,10 @@ TORCH_LIBRARY(shapejit, m) {
   m.def(
       "embedding_bag_output(Tensor weight, Tensor indices, Tensor? offsets=None, int mode=0, "
       "Tensor? per_sample_weights=None, bool include_last_offset=False, int? padding_idx=None) -> Tensor");
+  // Many tables in one call: embedding_bag_output's arguments, one list entry per table.
+  m.def(
+      "embedding_bags_output(Tensor[] weights, Tensor[] indices, Tensor?[] offsets, int[] modes, "
+      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx) -> Tensor[]");
   shapejit::torch_ext::register_linear_group(m);
   shapejit::torch_ext::register_quantized(m);
   shapejit::torch_ext::register_engine_ops(m);
@@ -125,4 +159,5 @@ TORCH_LIBRARY(shapejit, m) {
 TORCH_LIBRARY_IMPL(shapejit, CPU, m) {
   m.impl("embedding_bag", &shapejit::torch_ext::embedding_bag);
   m.impl("embedding_bag_output", &shapejit::torch_ext::embedding_bag_output);
+  m.impl("embedding_bags_output", &shapejit::torch_ext::embedding_bags_output);
 }

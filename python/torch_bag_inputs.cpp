@@ -127,4 +127,25 @@ at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char
   return output;
 }
 
+std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
+  follow_torch_threads();
+  std::vector<rt::EmbagCallPlan> plans(calls.size());
+  std::vector<rt::EmbagOutputs> outs(calls.size());
+  std::vector<at::Tensor> results;
+  try {
+    for (size_t k = 0; k < calls.size(); ++k) {
+      shapejit_embedding_bag_ex_args output_only = calls[k];
+      output_only.skip_index_outputs = 1;
+      plans[k] = rt::plan_group_call(rt::complete_ex_args(output_only), k);
+      const shapejit_embedding_bag_shapes& s = plans[k].shapes;
+      results.push_back(empty_cpu({s.output_rows, s.output_cols}, output_type(plans[k])));
+      outs[k].output = results.back().data_ptr();
+    }
+    rt::run_embedding_bags(plans, outs);
+  } catch (const Error& e) {
+    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+  }
+  return results;
+}
+
 }  // namespace shapejit::torch_ext

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <c10/util/Optional.h>
+#include <span>
 #include <tuple>
+#include <vector>
 
 #include "shapejit/shapejit.h"
 
@@ -42,6 +44,10 @@ BagResults run_bag(const shapejit_embedding_bag_ex_args& call, int64_t mode, con
 /// As run_bag, but computes and returns the output alone (skip_index_outputs): what
 /// nn.EmbeddingBag's forward keeps of torch.embedding_bag.
 at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char* what);
+
+/// Runs the calls as one group (shapejit_embedding_bags: one validation pass, one parallel
+/// region) and returns each call's output alone; an engine error names the call (calls[k]).
+std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what);
 
 /// Empty results of the shapes shapejit reports; output has dtype `value_type`, max_indices is
 /// [B, D] in max mode and 1-D otherwise (ATen's shapes).

@@ -104,6 +104,12 @@ decltype(auto) for_call(size_t k, Step&& step) {
   }
 }
 
+void check_group_sizes(size_t calls, size_t outputs) {
+  if (calls != outputs)
+    throw Error(Status::kInvalidArgument, "embedding_bags: " + std::to_string(calls) + " calls but " +
+                                              std::to_string(outputs) + " sets of outputs (one per call)");
+}
+
 // How a group's call will run, next to its plan.
 struct GroupRun {
   bool reference = false;
@@ -113,14 +119,9 @@ struct GroupRun {
 
 }  // namespace
 
-void run_embedding_bags(std::span<const shapejit_embedding_bag_ex_args> calls, std::span<const EmbagOutputs> outputs) {
-  if (calls.size() != outputs.size())
-    throw Error(Status::kInvalidArgument, "embedding_bags: " + std::to_string(calls.size()) + " calls but " +
-                                              std::to_string(outputs.size()) + " sets of outputs (one per call)");
-  std::vector<EmbagCallPlan> plans(calls.size());
-  std::vector<GroupRun> runs(calls.size());
-  for (size_t k = 0; k < calls.size(); ++k)
-    plans[k] = for_call(k, [&] { return plan_embedding_bag(calls[k], IndexRangeCheck::kByRunner); });
+void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const EmbagOutputs> outputs) {
+  check_group_sizes(plans.size(), outputs.size());
+  std::vector<GroupRun> runs(plans.size());
   // As for one call, a bad index is what the group reports when a later step fails too: the
   // deferred checks, in call order.
   const auto check_all_indices = [&] {
@@ -180,6 +181,17 @@ void run_embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output,
 void run_embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
                        void* bag_size, void* max_indices) {
   run_embedding_bag(plan_embedding_bag(args, IndexRangeCheck::kByRunner), output, offset2bag, bag_size, max_indices);
+}
+
+void run_embedding_bags(std::span<const shapejit_embedding_bag_ex_args> calls, std::span<const EmbagOutputs> outputs) {
+  check_group_sizes(calls.size(), outputs.size());
+  std::vector<EmbagCallPlan> plans(calls.size());
+  for (size_t k = 0; k < calls.size(); ++k) plans[k] = plan_group_call(calls[k], k);
+  run_embedding_bags(plans, outputs);
+}
+
+EmbagCallPlan plan_group_call(const shapejit_embedding_bag_ex_args& call, size_t k) {
+  return for_call(k, [&] { return plan_embedding_bag(call, IndexRangeCheck::kByRunner); });
 }
 
 void run_embedding_bags(const shapejit_embedding_bag_ex_args* const* calls, const shapejit_embedding_bag_outputs* outputs,

@@ -31,6 +31,13 @@ void run_embedding_bag(const shapejit_embedding_bag_args& args, void* output, vo
 /// Error names the call: "embedding_bags: calls[k]: ...".
 void run_embedding_bags(std::span<const shapejit_embedding_bag_ex_args> calls, std::span<const EmbagOutputs> outputs);
 
+/// Call k of a group, planned for run_embedding_bags (its index check left to the group's run);
+/// an Error names the call. For entry points that size the outputs from the plans first.
+EmbagCallPlan plan_group_call(const shapejit_embedding_bag_ex_args& call, size_t k);
+
+/// Runs planned calls (plan_group_call) as one: the group form of run_embedding_bag(plan, ...).
+void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const EmbagOutputs> outputs);
+
 /// The C ABI's form: count caller structs, each of its own struct_size (complete_ex_args), and
 /// their outputs; null arrays (count > 0), null entries and a negative count are rejected.
 void run_embedding_bags(const shapejit_embedding_bag_ex_args* const* calls, const shapejit_embedding_bag_outputs* outputs,

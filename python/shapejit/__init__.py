@@ -3,6 +3,7 @@
     import shapejit
     out, offset2bag, bag_size, max_indices = shapejit.embedding_bag(weight, indices, offsets, mode=1)
     bag = shapejit.EmbeddingBag.from_pretrained(weight, mode="sum")   # an nn.EmbeddingBag
+    group = shapejit.EmbeddingBagGroup(model_bags)                   # many bags, one engine call
     qbag = shapejit.EmbeddingBag.from_torch(quantized_module)        # torch.ao.nn.quantized.EmbeddingBag
     packed = shapejit.quantized.embedding_bag_4bit_prepack(weight)   # torch's packed rows
     proj = shapejit.in_projection(mha)                               # an nn.MultiheadAttention
@@ -27,7 +28,7 @@ embedding_bag = torch.ops.shapejit.embedding_bag
 linear_group_run = torch.ops.shapejit.linear_group_run
 
 from . import quantized  # noqa: E402  (needs the operators registered above)
-from .modules import EmbeddingBag, QuantizedEmbeddingBag  # noqa: E402
+from .modules import EmbeddingBag, EmbeddingBagGroup, QuantizedEmbeddingBag  # noqa: E402
 from .linear import InProjection, in_projection, linear_group  # noqa: E402
 from .engine import get_num_threads, isa, kernel_cache_stats, set_num_threads  # noqa: E402
 
@@ -38,7 +39,7 @@ set_num_threads(0)
 #: The version of the loaded extension (include/shapejit/version.h), e.g. "0.2.0".
 __version__ = torch.ops.shapejit.version()
 
-__all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "QuantizedEmbeddingBag", "InProjection",
+__all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "EmbeddingBagGroup", "QuantizedEmbeddingBag", "InProjection",
            "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "set_num_threads",
            "isa", "kernel_cache_stats"]
 

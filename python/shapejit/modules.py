@@ -1,8 +1,9 @@
 """shapejit.EmbeddingBag: torch.nn.EmbeddingBag whose forward runs shapejit's kernels (f32, f16
-and bf16 tables); shapejit.QuantizedEmbeddingBag: the same over rowwise-quantized packed rows,
-the counterpart of torch.ao.nn.quantized.EmbeddingBag."""
+and bf16 tables); shapejit.EmbeddingBagGroup: many of them in one engine call (a model's tables);
+shapejit.QuantizedEmbeddingBag: the same over rowwise-quantized packed rows, the counterpart of
+torch.ao.nn.quantized.EmbeddingBag."""
 import warnings
-from typing import Optional
+from typing import Iterable, List, Optional
 
 import torch
 from torch import Tensor
@@ -15,6 +16,8 @@ _MODES = {"sum": 0, "mean": 1, "max": 2}
 # embedding_bag_output is torch.ops.shapejit.embedding_bag's output alone: the three index results
 # forward drops are never allocated, and the arguments only the gradient reads are not passed.
 _EMBEDDING_BAG_OUTPUT = getattr(torch.ops.shapejit.embedding_bag_output, "_op", torch.ops.shapejit.embedding_bag_output)
+# embedding_bags_output: embedding_bag_output's arguments as lists, one entry per table, one engine call.
+_EMBEDDING_BAGS_OUTPUT = getattr(torch.ops.shapejit.embedding_bags_output, "_op", torch.ops.shapejit.embedding_bags_output)
 _scripting = torch.jit.is_scripting
 
 
@@ -58,41 +61,32 @@ class EmbeddingBag(torch.nn.EmbeddingBag):
         mode = self._mode
         if mode < 0:
             self._check_settings()
-        if per_sample_weights is not None:
-            _check_per_sample_weights(input, per_sample_weights, self.mode)
-        dim = input.dim()
-        if dim == 1:
-            if offsets is None or offsets.dim() != 1:
-                raise ValueError("shapejit.EmbeddingBag: 1-D input needs offsets, a 1-D tensor, but got {}".format(
-                    "None" if offsets is None else "a {}-D tensor".format(offsets.dim())))
-        elif dim == 2:
-            if offsets is not None:
-                raise ValueError("shapejit.EmbeddingBag: 2-D input holds bags of fixed length, so offsets must be "
-                                 "None, but a tensor was given")
-        else:
-            raise ValueError("shapejit.EmbeddingBag: input must be 1-D or 2-D, but has {} dimensions".format(dim))
+        _check_arguments(input, offsets, per_sample_weights, self.mode, "shapejit.EmbeddingBag")
         if _scripting():
             weight = self.weight
         else:  # Module.__getattr__ is the slowest step of an eager call; TorchScript drops this branch
             weight = self._parameters["weight"]
         if weight.requires_grad and torch.is_grad_enabled():
-            warnings.warn("shapejit.EmbeddingBag is forward only: no gradient flows to its weight "
-                          "(run under torch.no_grad() or freeze the weight to silence this)", stacklevel=2)
+            _warn_forward_only("shapejit.EmbeddingBag")
         # No autograd kernel: the output never requires grad, so the weight needs no detach().
         return _EMBEDDING_BAG_OUTPUT(weight, input, offsets, mode, per_sample_weights, self.include_last_offset,
                                      self.padding_idx)
 
     def _check_settings(self) -> None:
         """Raises the error for the setting that makes self._mode -1."""
-        if self.max_norm is not None:
-            raise NotImplementedError("shapejit.EmbeddingBag: max_norm must be None (renormalising rows during "
-                                      "forward is not supported), but is {}".format(self.max_norm))
-        if self.mode != "sum" and self.mode != "mean" and self.mode != "max":
-            raise ValueError("shapejit.EmbeddingBag: mode must be 'sum', 'mean' or 'max', but is '{}'".format(self.mode))
-        if self.scale_grad_by_freq:
-            raise ValueError("shapejit.EmbeddingBag: mode 'max' cannot scale gradients by frequency "
-                             "(scale_grad_by_freq=True)")
-        raise ValueError("shapejit.EmbeddingBag: mode 'max' cannot have sparse gradients (sparse=True)")
+        _check_settings(self.mode, self.max_norm, self.scale_grad_by_freq, self.sparse, "shapejit.EmbeddingBag")
+
+
+def _check_settings(mode: str, max_norm: Optional[float], scale_grad_by_freq: bool, sparse: bool, who: str) -> None:
+    """Raises the error for the setting that makes _bag_mode -1, `who` naming the bag."""
+    if max_norm is not None:
+        raise NotImplementedError("{}: max_norm must be None (renormalising rows during forward is not supported), "
+                                  "but is {}".format(who, max_norm))
+    if mode != "sum" and mode != "mean" and mode != "max":
+        raise ValueError("{}: mode must be 'sum', 'mean' or 'max', but is '{}'".format(who, mode))
+    if scale_grad_by_freq:
+        raise ValueError("{}: mode 'max' cannot scale gradients by frequency (scale_grad_by_freq=True)".format(who))
+    raise ValueError("{}: mode 'max' cannot have sparse gradients (sparse=True)".format(who))
 
 
 # The settings the mode number depends on; -1 when one of them is refused.
@@ -100,21 +94,105 @@ _SETTINGS = frozenset(("mode", "max_norm", "scale_grad_by_freq", "sparse"))
 
 
 def _mode_number(settings) -> int:
-    number = _MODES.get(settings.get("mode"), -1)
-    if settings.get("max_norm") is not None:
+    return _bag_mode(settings.get("mode"), settings.get("max_norm"), bool(settings.get("scale_grad_by_freq")),
+                     bool(settings.get("sparse")))
+
+
+def _bag_mode(mode: str, max_norm: Optional[float], scale_grad_by_freq: bool, sparse: bool) -> int:
+    """The engine's mode number of a bag's settings, or -1 when one of them is refused."""
+    number = 0 if mode == "sum" else 1 if mode == "mean" else 2 if mode == "max" else -1  # TorchScript: no dicts
+    if max_norm is not None:
         return -1
-    if number == 2 and (settings.get("scale_grad_by_freq") or settings.get("sparse")):
+    if number == 2 and (scale_grad_by_freq or sparse):
         return -1
     return number
 
 
-def _check_per_sample_weights(input: Tensor, per_sample_weights: Tensor, mode: str) -> None:
+def _check_arguments(input: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor], mode: str,
+                     who: str) -> None:
+    """torch.nn.functional.embedding_bag's argument rules and exception types, `who` naming the bag."""
+    if per_sample_weights is not None:
+        _check_per_sample_weights(input, per_sample_weights, mode, who)
+    dim = input.dim()
+    if dim == 1:
+        if offsets is None or offsets.dim() != 1:
+            raise ValueError("{}: 1-D input needs offsets, a 1-D tensor, but got {}".format(
+                who, "None" if offsets is None else "a {}-D tensor".format(offsets.dim())))
+    elif dim == 2:
+        if offsets is not None:
+            raise ValueError("{}: 2-D input holds bags of fixed length, so offsets must be None, but a tensor "
+                             "was given".format(who))
+    else:
+        raise ValueError("{}: input must be 1-D or 2-D, but has {} dimensions".format(who, dim))
+
+
+def _check_per_sample_weights(input: Tensor, per_sample_weights: Tensor, mode: str, who: str) -> None:
     if input.size() != per_sample_weights.size():
-        raise ValueError("shapejit.EmbeddingBag: per_sample_weights must have the input's shape {}, but has "
-                         "shape {}".format(input.size(), per_sample_weights.size()))
+        raise ValueError("{}: per_sample_weights must have the input's shape {}, but has "
+                         "shape {}".format(who, input.size(), per_sample_weights.size()))
     if mode != "sum":
-        raise NotImplementedError("shapejit.EmbeddingBag: per_sample_weights need mode 'sum', but mode is "
-                                  "'{}'".format(mode))
+        raise NotImplementedError("{}: per_sample_weights need mode 'sum', but mode is "
+                                  "'{}'".format(who, mode))
+
+
+def _warn_forward_only(who: str) -> None:
+    warnings.warn("{} is forward only: no gradient flows to its weight (run under torch.no_grad() or freeze the "
+                  "weight to silence this)".format(who), stacklevel=3)
+
+
+class EmbeddingBagGroup(torch.nn.Module):
+    """Many embedding bags in one engine call (a model's tables): forward takes one input (with its
+    offsets and per_sample_weights) per bag and returns one output per bag, each bitwise what that
+    bag's shapejit.EmbeddingBag returns, but validated together (no output is computed when any
+    bag's arguments are wrong; the error names the bag, calls[k]) and run in one parallel region,
+    so many small bags share the threads. Built from torch.nn.EmbeddingBag modules (or
+    shapejit.EmbeddingBag ones), whose weights and settings it shares: a bag's settings are read
+    at each call. Forward only."""
+
+    def __init__(self, bags: Iterable[torch.nn.Module]):
+        super().__init__()
+        self.bags = torch.nn.ModuleList(bags)
+        for k, bag in enumerate(self.bags):
+            if not isinstance(bag, torch.nn.EmbeddingBag):
+                raise TypeError("shapejit.EmbeddingBagGroup: bags[{}] must be a torch.nn.EmbeddingBag, but is a "
+                                "{}".format(k, type(bag).__name__))
+
+    def forward(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]] = None,
+                per_sample_weights: Optional[List[Optional[Tensor]]] = None) -> List[Tensor]:
+        n = len(self.bags)
+        if len(inputs) != n:
+            raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} inputs".format(n, len(inputs)))
+        offs: List[Optional[Tensor]] = []
+        psw: List[Optional[Tensor]] = []
+        for _ in range(n):  # typed as TorchScript needs them
+            offs.append(None)
+            psw.append(None)
+        if offsets is not None:
+            offs = offsets
+        if per_sample_weights is not None:
+            psw = per_sample_weights
+        if len(offs) != n or len(psw) != n:
+            raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} offsets and {} per_sample_weights".format(
+                n, len(offs), len(psw)))
+        weights: List[Tensor] = []
+        modes: List[int] = []
+        last: List[bool] = []
+        padding: List[Optional[int]] = []
+        k = 0
+        for bag in self.bags:
+            who = "shapejit.EmbeddingBagGroup: bags[{}]".format(k)
+            mode = _bag_mode(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse)
+            if mode < 0:
+                _check_settings(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse, who)
+            _check_arguments(inputs[k], offs[k], psw[k], bag.mode, who)
+            if bag.weight.requires_grad and torch.is_grad_enabled():
+                _warn_forward_only(who)
+            weights.append(bag.weight)
+            modes.append(mode)
+            last.append(bag.include_last_offset)
+            padding.append(bag.padding_idx)
+            k += 1
+        return _EMBEDDING_BAGS_OUTPUT(weights, inputs, offs, modes, psw, last, padding)
 
 
 _QUANTIZED_BITS = {torch.quint8: 8, torch.quint4x2: 4}

@@ -1,0 +1,115 @@
+"""shapejit.EmbeddingBagGroup and torch.ops.shapejit.embedding_bags_output: many bags in one engine
+call give each bag's own output (bitwise that of its shapejit.EmbeddingBag), name the bag whose
+arguments are wrong, and script."""
+import random
+
+import pytest
+import torch
+
+from helpers import assert_same_tensor, replay
+
+
+def random_bags(g, gen, count):
+    """torch.nn.EmbeddingBag modules of random sizes, modes, paddings and table dtypes."""
+    bags = []
+    for _ in range(count):
+        mode = g.choice(["sum", "mean", "max"])
+        rows = g.randrange(1, 300)
+        bag = torch.nn.EmbeddingBag(rows, g.choice([1, 3, 8, 16, 33, 64, 130]), mode=mode,
+                                    include_last_offset=g.random() < 0.3,
+                                    padding_idx=g.randrange(-rows, rows) if g.random() < 0.3 else None)
+        with torch.no_grad():
+            bag.weight.copy_(torch.randn(bag.weight.shape, generator=gen))
+        bag.weight.requires_grad_(False)
+        bags.append(bag.to(g.choice([torch.float32, torch.float32, torch.float16, torch.bfloat16])))
+    return bags
+
+
+def random_inputs(g, gen, bag):
+    """input, offsets and per_sample_weights of one call of `bag` (1-D or 2-D form)."""
+    rows = bag.num_embeddings
+    weighted = bag.mode == "sum" and g.random() < 0.4
+    if not bag.include_last_offset and g.random() < 0.3:
+        inp = torch.randint(0, rows, (g.randrange(1, 40), g.randrange(1, 9)), generator=gen)
+        return inp, None, torch.randn(inp.shape, generator=gen).to(bag.weight.dtype) if weighted else None
+    n = g.randrange(0, 2000 if g.random() < 0.3 else 80)  # some calls large enough to split
+    inp = torch.randint(0, rows, (n,), generator=gen)
+    cuts = sorted(g.randrange(0, n + 1) for _ in range(g.randrange(0, 40)))
+    offsets = torch.tensor([0] + cuts + ([n] if bag.include_last_offset else []))
+    return inp, offsets, torch.randn(n, generator=gen).to(bag.weight.dtype) if weighted else None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_output_is_the_bags_own(sj, seed, threads):
+    g = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for trial in range(25):
+            bags = random_bags(g, gen, g.randrange(1, 7))
+            calls = [random_inputs(g, gen, bag) for bag in bags]
+            group = sj.EmbeddingBagGroup(bags)
+            outs = group([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls])
+            assert len(outs) == len(bags)
+            for k, (bag, (inp, offsets, psw), out) in enumerate(zip(bags, calls, outs)):
+                alone = sj.EmbeddingBag.from_torch(bag)(inp, offsets, psw)
+                assert_same_tensor(out, alone, replay("trial {} bag {} ({}, {}, padding {}, last offset {})".format(
+                    trial, k, bag.mode, bag.weight.dtype, bag.padding_idx, bag.include_last_offset)))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_f32_bags_equal_torch(sj, seed):
+    gen = torch.Generator().manual_seed(seed)
+    bags = [torch.nn.EmbeddingBag(50, 16, mode=m, padding_idx=p) for m, p in
+            (("sum", None), ("mean", 3), ("max", None), ("max", 7))]
+    inputs = [torch.randint(0, 50, (30,), generator=gen) for _ in bags]
+    offsets = [torch.tensor([0, 4, 4, 17]) for _ in bags]
+    with torch.no_grad():
+        outs = sj.EmbeddingBagGroup(bags)(inputs, offsets)
+        for k, bag in enumerate(bags):
+            assert_same_tensor(outs[k], bag(inputs[k], offsets[k]), replay("bag {} ({})".format(k, bag.mode)))
+
+
+def test_errors_name_the_bag(sj):
+    bags = [torch.nn.EmbeddingBag(10, 4), torch.nn.EmbeddingBag(20, 4, mode="max")]
+    group = sj.EmbeddingBagGroup(bags)
+    good = [torch.tensor([1, 2]), torch.tensor([3, 4])]
+    offs = [torch.tensor([0]), torch.tensor([0])]
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=r"embedding_bags: calls\[1\]: indices\[1\] = 20 is out of range"):
+            group([good[0], torch.tensor([3, 20])], offs)
+        with pytest.raises(NotImplementedError, match=r"bags\[1\]: per_sample_weights need mode 'sum'"):
+            group(good, offs, [None, torch.ones(2)])
+        with pytest.raises(ValueError, match=r"bags\[0\]: 1-D input needs offsets"):
+            group(good, [None, offs[1]])
+        with pytest.raises(ValueError, match="2 bags but 1 inputs"):
+            group(good[:1], offs)
+        bags[1].max_norm = 1.0
+        with pytest.raises(NotImplementedError, match=r"bags\[1\]: max_norm must be None"):
+            group(good, offs)
+    with pytest.raises(TypeError, match=r"bags\[1\] must be a torch.nn.EmbeddingBag"):
+        sj.EmbeddingBagGroup([bags[0], torch.nn.Linear(2, 2)])
+    w = torch.randn(10, 4)
+    with pytest.raises(RuntimeError, match="modes has 1 entries but weights has 2"):
+        torch.ops.shapejit.embedding_bags_output([w, w], good, offs, [0], [None, None], [False, False], [None, None])
+
+
+def test_warns_when_a_weight_wants_gradients(sj):
+    group = sj.EmbeddingBagGroup([torch.nn.EmbeddingBag(10, 4)])
+    with pytest.warns(UserWarning, match=r"bags\[0\] is forward only"):
+        group([torch.tensor([1])], [torch.tensor([0])])
+
+
+def test_scripted_group_equals_eager(sj, seed):
+    gen = torch.Generator().manual_seed(seed)
+    bags = [torch.nn.EmbeddingBag(40, 8, mode="mean"), torch.nn.EmbeddingBag(30, 5, mode="max", padding_idx=2)]
+    group = sj.EmbeddingBagGroup(bags)
+    inputs = [torch.randint(0, 40, (12,), generator=gen), torch.randint(0, 30, (3, 4), generator=gen)]
+    offsets = [torch.tensor([0, 5]), None]
+    with torch.no_grad():
+        eager = group(inputs, offsets)
+        scripted = torch.jit.script(group)(inputs, offsets)
+    for k in range(2):
+        assert_same_tensor(scripted[k], eager[k], "scripted bag {}".format(k))
