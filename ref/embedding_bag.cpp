@@ -241,17 +241,27 @@ void embedding_bag(const shapejit_embedding_bag_args& a, void* output, void* off
 
 void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void* offset2bag, void* bag_size,
                    void* max_indices) {
+  // Allocated before the first write, so running out of memory leaves every output untouched.
+  EmbagScratch scratch = embedding_bag_scratch(ex);
+  embedding_bag(ex, output, offset2bag, bag_size, max_indices, scratch);
+}
+
+EmbagScratch embedding_bag_scratch(const shapejit_embedding_bag_ex_args& ex) {
+  // Only when some bag needs it (then dim is bounded by the caller's output of bags x dim).
+  const size_t row_len = embedding_bag_shapes(ex).output_rows > 0 ? static_cast<size_t>(ex.call.dim) : 0;
+  return {std::vector<float>(row_len), std::vector<int64_t>(ex.call.mode == SHAPEJIT_MAX ? row_len : 0)};
+}
+
+void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void* offset2bag, void* bag_size,
+                   void* max_indices, EmbagScratch& scratch) {
   const shapejit_embedding_bag_args& a = ex.call;
   const Call c(ex);
   const shapejit_embedding_bag_shapes shapes = embedding_bag_shapes(ex);
   const shapejit_dtype idx_t = shapes.index_out_dtype;
   const int64_t bags = shapes.output_rows;
   const int64_t out_dtype = ex.output_dtype;
-  // Allocated before the first write, so running out of memory leaves every output untouched;
-  // only when some bag needs it (then dim is bounded by the caller's output of bags x dim).
-  const size_t row_len = bags > 0 ? static_cast<size_t>(a.dim) : 0;
-  std::vector<float> res(row_len);
-  std::vector<int64_t> winner(a.mode == SHAPEJIT_MAX ? row_len : 0);
+  std::vector<float>& res = scratch.row;
+  std::vector<int64_t>& winner = scratch.winners;
 
   if (a.mode == SHAPEJIT_SUM) {  // bag_size and max_indices are zeros in sum mode
     for (int64_t k = 0; k < shapes.bag_size_len; ++k) store_int(bag_size, idx_t, k, 0);

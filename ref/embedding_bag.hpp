@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "shapejit/shapejit.h"
 
@@ -35,5 +36,19 @@ void embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* 
 /// get offset2bag = B, as the positions after a partial final offset do.
 void embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                    void* bag_size, void* max_indices);
+
+/// The working rows of one call: a row of results, and of max's winning indices.
+struct EmbagScratch {
+  std::vector<float> row;
+  std::vector<int64_t> winners;
+};
+
+/// The scratch `args` needs, allocated (the one allocation of a reference call).
+EmbagScratch embedding_bag_scratch(const shapejit_embedding_bag_ex_args& args);
+
+/// embedding_bag with scratch from embedding_bag_scratch(args): allocates nothing, so a caller
+/// that has written other outputs already (a group of calls) cannot fail halfway.
+void embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag, void* bag_size,
+                   void* max_indices, EmbagScratch& scratch);
 
 }  // namespace shapejit::ref

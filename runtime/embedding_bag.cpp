@@ -113,7 +113,8 @@ void check_group_sizes(size_t calls, size_t outputs) {
 // How a group's call will run, next to its plan.
 struct GroupRun {
   bool reference = false;
-  EmbagKernelHandle kernel;  // when not reference
+  ref::EmbagScratch scratch;  // when reference: allocated before the group writes anything
+  EmbagKernelHandle kernel;   // when not reference
   jit::EmbagKernelArgs base{};
 };
 
@@ -148,7 +149,8 @@ void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const Em
       const EmbagCallPlan& p = plans[k];
       const EmbagOutputs& o = outputs[k];
       runs[k].reference = runs_reference(p, isa);
-      if (!runs[k].reference) {
+      if (runs[k].reference) runs[k].scratch = ref::embedding_bag_scratch(p.args);
+      else {
         runs[k].kernel = for_call(k, [&] { return embag_kernel_for(p, isa); });
         runs[k].base = make_embag_kernel_args(p, o.output, o.offset2bag, o.bag_size, o.max_indices);
       }
@@ -158,7 +160,7 @@ void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const Em
     }
   });
   GroupSchedule schedule = group_indices_first([&] { return GroupSchedule(members); });
-  // From here on nothing allocates but oneTBB (absorbed by the schedule) and the reference.
+  // From here on nothing allocates but oneTBB, whose failures the schedule absorbs.
   const bool indices_ok = schedule.run(
       [&](size_t k, int64_t begin, int64_t end) { return indices_in_range(plans[k], begin, end); },
       [&](size_t k, int64_t begin, int64_t end) { run_kernel(runs[k].kernel, runs[k].base, begin, end); });
@@ -168,7 +170,8 @@ void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const Em
   }
   for (size_t k = 0; k < plans.size(); ++k) {
     const EmbagOutputs& o = outputs[k];
-    if (runs[k].reference) ref::embedding_bag(plans[k].args, o.output, o.offset2bag, o.bag_size, o.max_indices);
+    if (runs[k].reference)
+      ref::embedding_bag(plans[k].args, o.output, o.offset2bag, o.bag_size, o.max_indices, runs[k].scratch);
     else finish_kernel_call(plans[k], runs[k].kernel, o);
   }
 }

@@ -4,7 +4,9 @@
 // and warm calls (the kernel cached) for every mode, on one and on two engine threads.
 #include <doctest/doctest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "oom/alloc_injector.hpp"
 #include "oom/oom_cases.hpp"
@@ -110,4 +112,75 @@ TEST_CASE("out of memory: an embedding-bag call on the reference path (scalar IS
         shapejit::test::oom::sweep_allocations([&](int64_t k) { return failing_call(in, k, &expected); });
     MESSAGE("scalar ISA, ", std::string(v.name), ": ", s.summary());
   }
+}
+
+namespace {
+
+// The first `count` variants as the calls of one group (dims first_dim, first_dim + 1, ...), run
+// with allocation k failing: SHAPEJIT_OUT_OF_MEMORY with every output of every call untouched, or
+// SHAPEJIT_OK with each call's result as made alone.
+Attempt failing_group(size_t count, int64_t first_dim, int64_t k, FailureMode mode) {
+  std::vector<std::unique_ptr<EmbagInputs>> inputs;
+  std::vector<shapejit_embedding_bag_ex_args> ex(count);
+  std::vector<const shapejit_embedding_bag_ex_args*> calls;
+  std::vector<std::unique_ptr<GuardedOutputs>> got, want;
+  std::vector<shapejit_embedding_bag_outputs> outs;
+  for (size_t c = 0; c < count; ++c) {
+    inputs.push_back(std::make_unique<EmbagInputs>(kEmbagVariants[c], first_dim + int64_t(c)));
+    shapejit_embedding_bag_ex_init(&ex[c], &inputs.back()->args());
+    calls.push_back(&ex[c]);
+    got.push_back(std::make_unique<GuardedOutputs>(inputs.back()->shapes(), 0xCD));
+    GuardedOutputs& g = *got.back();
+    outs.push_back({g.data(EmbagOutput::kOutput), g.data(EmbagOutput::kOffset2bag), g.data(EmbagOutput::kBagSize),
+                    g.data(EmbagOutput::kMaxIndices)});
+  }
+  Attempt a;
+  {
+    ScopedFailure failure(k, mode);
+    a.status = shapejit_embedding_bags(calls.data(), outs.data(), int64_t(calls.size()));
+    a.count = failure.finish();
+  }
+  CAPTURE(k);
+  CAPTURE(a.count.allocations);
+  for (const auto& g : got) CHECK(g->check_guards() == "");
+  if (a.status == SHAPEJIT_OUT_OF_MEMORY) {
+    CHECK(a.count.fired);
+    for (const auto& g : got) CHECK(g->untouched());
+    CHECK(std::string(shapejit_last_error()) != "");
+    return a;
+  }
+  REQUIRE(a.status == SHAPEJIT_OK);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    GuardedOutputs alone(inputs[c]->shapes(), 0x33);
+    REQUIRE(alone.run(inputs[c]->args()) == SHAPEJIT_OK);
+    CHECK_MESSAGE(same_bytes(*got[c], alone), "calls[" << c << "] (" << kEmbagVariants[c].name << ")");
+  }
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("out of memory: a group of calls fails cleanly at every allocation, warm and cold") {
+  for (int threads : {1, 2}) {
+    REQUIRE(shapejit_set_num_threads(threads) == SHAPEJIT_OK);
+    for (FailureMode mode : {FailureMode::kOnce, FailureMode::kPersistent}) {
+      const size_t all = kEmbagVariants.size();  // the reference's variant included
+      failing_group(all, 40, 1 << 30, mode);     // compiles and caches the kernels of dims 40, 41, ...
+      const SweepStats warm =
+          shapejit::test::oom::sweep_allocations([&](int64_t k) { return failing_group(all, 40, k, mode); });
+      MESSAGE("group, warm, ", threads, " thread(s)", mode_text(mode), warm.summary());
+      CHECK(warm.out_of_memory > 0);  // the group's plans and schedule allocate
+    }
+  }
+  // Cold: every attempt compiles 3 shapes no earlier call used (all variants would compile 9
+  // kernels in each of ~360 attempts).
+  int64_t next_dim = 300;
+  const SweepStats cold = shapejit::test::oom::sweep_allocations([&](int64_t k) {
+    const Attempt a = failing_group(3, next_dim, k, FailureMode::kOnce);
+    next_dim += 3;
+    return a;
+  });
+  MESSAGE("group, cold, 2 threads, allocation k fails: ", cold.summary());
+  CHECK(cold.out_of_memory > 0);
+  REQUIRE(shapejit_set_num_threads(0) == SHAPEJIT_OK);
 }
