@@ -247,6 +247,59 @@ TEST_CASE("parallel_for_bags: an exception in the body reaches the caller") {
                   shapejit::Error);
 }
 
+TEST_CASE("group schedule: every member's bags exactly once, its checks tile [0, check_end) first") {
+  std::mt19937_64 rng(shapejit::test::test_seed(11));
+  // Members of power-law bags, one without bags but with positions to check, one tiny.
+  std::vector<Bags> bags{bags_of(power_law_lengths(rng, 3000)), bags_of({}), bags_of({3}),
+                         bags_of(power_law_lengths(rng, 800))};
+  bags[1].n = 5;
+  std::vector<shapejit::rt::GroupMember> members;
+  for (const Bags& b : bags) members.push_back({b.view(), b.count(), b.n, 16, b.n});
+  members[2].check_end = 0;  // a member whose indices were checked already
+  for (int threads = 1; threads <= 3; ++threads) {
+    EngineThreads engine(threads);
+    PartitionOptions opt;
+    opt.min_chunk_work = 2048;
+    for (bool fail : {false, true}) {
+      std::vector<std::vector<std::atomic<int>>> seen, checked;
+      for (const Bags& b : bags) {
+        seen.emplace_back(size_t(b.count()));
+        checked.emplace_back(size_t(b.n));
+      }
+      std::atomic<bool> body_ran{false}, body_before_check_end{false};
+      std::atomic<int64_t> positions_left{0};
+      for (const auto& m : members) positions_left += m.check_end;
+      shapejit::rt::GroupSchedule schedule(members, opt);
+      const bool ok = schedule.run(
+          [&](size_t m, int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) checked[m][size_t(i)].fetch_add(1);
+            positions_left -= end - begin;
+            return !(fail && m == 3 && end == bags[3].n);  // the last member's last part fails
+          },
+          [&](size_t m, int64_t begin, int64_t end) {
+            body_ran = true;
+            if (positions_left.load() != 0) body_before_check_end = true;
+            for (int64_t b = begin; b < end; ++b) seen[m][size_t(b)].fetch_add(1);
+          });
+      CAPTURE(threads);
+      CAPTURE(fail);
+      CHECK(ok == !fail);
+      CHECK(!body_before_check_end);
+      if (fail) {
+        CHECK(!body_ran);
+        continue;
+      }
+      for (size_t m = 0; m < bags.size(); ++m) {
+        CAPTURE(m);
+        CHECK(std::all_of(seen[m].begin(), seen[m].end(), [](const std::atomic<int>& s) { return s.load() == 1; }));
+        const int want = members[m].check_end > 0 ? 1 : 0;
+        CHECK(std::all_of(checked[m].begin(), checked[m].end(),
+                          [&](const std::atomic<int>& s) { return s.load() == want; }));
+      }
+    }
+  }
+}
+
 TEST_CASE("engine: thread count through the C and C++ API, defaults and limits") {
   const int def = shapejit::rt::default_num_threads();
   CHECK(def >= 1);
