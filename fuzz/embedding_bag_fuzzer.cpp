@@ -199,9 +199,13 @@ void draw_ex_options(Draw& d, Call& c) {
     shapejit::fuzz::store_enum(c.ex.per_sample_weights_dtype, d.chance(70) ? natural : d.dtype(SHAPEJIT_F16, 80));
     if (quantized && d.chance(35)) {  // pruning: mostly rows of the backed table and -1
       c.mapping.resize(size_t(std::max<int64_t>(c.real_rows, 1) + d.in_range(0, 4)));
-      for (auto& m : c.mapping)
+      for (auto& m : c.mapping) {
         m = d.chance(20) ? -1 : d.chance(95) ? int32_t(d.in_range(0, std::max<int64_t>(c.real_rows, 1) - 1))
                                              : int32_t(d.raw32());
+        // As for indices: an entry among the claimed rows but beyond the real ones is folded
+        // back, so a valid call only reads real rows (a table may claim 2^32 rows).
+        if (m >= c.real_rows && m < c.args.num_rows) m = c.real_rows > 0 ? int32_t(m % c.real_rows) : -1;
+      }
       c.ex.compressed_indices_mapping = d.chance(97) ? c.mapping.data() : nullptr;
       c.ex.mapping_len = d.chance(95) ? int64_t(c.mapping.size()) : d.size(8, 50);
     }

@@ -149,14 +149,18 @@ void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const Em
       const EmbagCallPlan& p = plans[k];
       const EmbagOutputs& o = outputs[k];
       runs[k].reference = runs_reference(p, isa);
-      if (runs[k].reference) runs[k].scratch = ref::embedding_bag_scratch(p.args);
-      else {
+      if (runs[k].reference) {
+        // Checked here, as one reference call is, before its scratch (a row of D) is allocated:
+        // a call with bad indices must not get to allocate for a D it never had the outputs for.
+        if (p.index_range_deferred) for_call(k, [&] { check_indices(p); });
+        runs[k].scratch = ref::embedding_bag_scratch(p.args);
+      } else {
         runs[k].kernel = for_call(k, [&] { return embag_kernel_for(p, isa); });
         runs[k].base = make_embag_kernel_args(p, o.output, o.offset2bag, o.bag_size, o.max_indices);
       }
-      // A call the reference runs brings only its check into the region.
+      // A call the reference runs is checked already and has no bags in the region.
       members[k] = {p.offsets, runs[k].reference ? 0 : p.num_bags, p.num_indices, p.dim,
-                    p.index_range_deferred ? index_check_end(p) : 0};
+                    !runs[k].reference && p.index_range_deferred ? index_check_end(p) : 0};
     }
   });
   GroupSchedule schedule = group_indices_first([&] { return GroupSchedule(members); });
