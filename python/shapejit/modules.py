@@ -156,6 +156,9 @@ class EmbeddingBagGroup(torch.nn.Module):
             if not isinstance(bag, torch.nn.EmbeddingBag):
                 raise TypeError("shapejit.EmbeddingBagGroup: bags[{}] must be a torch.nn.EmbeddingBag, but is a "
                                 "{}".format(k, type(bag).__name__))
+        # The bags' names in messages, made once: forward runs per bag, and its checks are most of
+        # a small group's Python time.
+        self._names: List[str] = ["shapejit.EmbeddingBagGroup: bags[{}]".format(k) for k in range(len(self.bags))]
 
     def forward(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]] = None,
                 per_sample_weights: Optional[List[Optional[Tensor]]] = None) -> List[Tensor]:
@@ -178,16 +181,20 @@ class EmbeddingBagGroup(torch.nn.Module):
         modes: List[int] = []
         last: List[bool] = []
         padding: List[Optional[int]] = []
+        grad = torch.is_grad_enabled()
         k = 0
         for bag in self.bags:
-            who = "shapejit.EmbeddingBagGroup: bags[{}]".format(k)
             mode = _bag_mode(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse)
             if mode < 0:
-                _check_settings(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse, who)
-            _check_arguments(inputs[k], offs[k], psw[k], bag.mode, who)
-            if bag.weight.requires_grad and torch.is_grad_enabled():
-                _warn_forward_only(who)
-            weights.append(bag.weight)
+                _check_settings(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse, self._names[k])
+            _check_arguments(inputs[k], offs[k], psw[k], bag.mode, self._names[k])
+            if _scripting():
+                weight = bag.weight
+            else:  # Module.__getattr__ is slow; TorchScript drops this branch
+                weight = bag._parameters["weight"]
+            if grad and weight.requires_grad:
+                _warn_forward_only(self._names[k])
+            weights.append(weight)
             modes.append(mode)
             last.append(bag.include_last_offset)
             padding.append(bag.padding_idx)
