@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """shapejit against PyTorch, called from PyTorch: torch.ops.shapejit.embedding_bag beside
-torch.embedding_bag, and shapejit.EmbeddingBag beside nn.EmbeddingBag, in one process.
+torch.embedding_bag, and shapejit.EmbeddingBag beside nn.EmbeddingBag, in one process; then a
+model's tables: one nn.EmbeddingBag call per table, one shapejit.EmbeddingBag call per table, and
+one shapejit.EmbeddingBagGroup call for all of them (--groups).
 
 Every case times each implementation in interleaved rounds (round r runs A's batch, then B's,
 then the other pair's), each batch a run of back-to-back calls; a figure is the minimum over the
@@ -34,6 +36,9 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=41, help="interleaved rounds per case (minimum taken)")
     p.add_argument("--batch-us", type=float, default=2000.0, help="target wall time of one batch of calls")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--groups", default="26x64x128x4,8x64x256x8",
+                   help="model-like groups T x D x bags x indices per bag (2-D inputs), comma-separated; "
+                        "'' for none")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -88,6 +93,27 @@ def check_equal(fns, label):
         sys.exit("torch_ops_bench: {}: shapejit's output differs from torch's".format(label))
 
 
+def time_groups(args, gen):
+    """One line per group: T tables of args.rows + 16 t rows (distinct tables), 2-D inputs."""
+    for spec in filter(None, args.groups.split(",")):
+        tables, dim, bags, per_bag = (int(x) for x in spec.split("x"))
+        nn_bags = [torch.nn.EmbeddingBag.from_pretrained(torch.randn(args.rows + 16 * t, dim, generator=gen),
+                                                         mode="sum", freeze=True) for t in range(tables)]
+        sj_bags = [shapejit.EmbeddingBag.from_torch(b) for b in nn_bags]
+        group = shapejit.EmbeddingBagGroup(nn_bags)
+        inputs = [torch.randint(0, args.rows, (bags, per_bag), generator=gen) for _ in range(tables)]
+        fns = (lambda: [b(i) for b, i in zip(nn_bags, inputs)],
+               lambda: [b(i) for b, i in zip(sj_bags, inputs)],
+               lambda: group(inputs))
+        want, per_bag_out, grouped = (f() for f in fns)
+        if not all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(want, per_bag_out, grouped)):
+            sys.exit("torch_ops_bench: group {}: shapejit's outputs differ from torch's".format(spec))
+        t = time_interleaved(fns, args.rounds, args.batch_us)
+        print("group {:14} nn.EmbeddingBag x{} {:8.1f} us, shapejit.EmbeddingBag x{} {:8.1f} us, "
+              "EmbeddingBagGroup {:8.1f} us ({:.2f}x torch, {:.2f}x one module per table)".format(
+                  spec, tables, t[0], tables, t[1], t[2], t[0] / t[2], t[1] / t[2]), flush=True)
+
+
 def main(argv):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -120,6 +146,8 @@ def main(argv):
         print("|" + "---|" * len(header))
         for r in rows:
             print("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f}x | {:.2f} | {:.2f} | {:.2f}x |".format(*r))
+    with torch.no_grad():
+        time_groups(args, gen)
     worst = min(min(r[5], r[8]) for r in rows)
     print("threads {}, {} rounds; slowest speedup {:.2f}x (shapejit {} ISA, torch {})".format(
         args.threads, args.rounds, worst, getattr(shapejit, "isa", lambda: "?")(), torch.__version__))
