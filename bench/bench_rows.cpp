@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace shapejit::bench {
 namespace {
@@ -68,6 +69,15 @@ void print_block(std::ostream& out, const std::vector<const BenchRow*>& rows, si
 }
 
 }  // namespace
+
+std::optional<ImplRowName> parse_impl_row_name(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const size_t start = prefix.size();
+  const size_t slash = name.find('/', start), t = name.rfind("/t");
+  if (slash == std::string::npos || t == std::string::npos || t <= slash) return std::nullopt;
+  return ImplRowName{name.substr(start, slash - start), name.substr(slash + 1, t - slash - 1),
+                     std::atoi(name.c_str() + t + 2)};
+}
 
 std::optional<double> BenchRow::counter(const std::string& key) const {
   const auto it = counters.find(key);

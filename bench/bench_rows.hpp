@@ -41,6 +41,21 @@ struct BenchRow {
   std::optional<double> giga_per_second(const std::string& key) const;
 };
 
+/// A row named <prefix><impl>/<problem>/t<threads> (the families that compare implementations of
+/// one problem across thread counts: embag_scaling, embag_group).
+struct ImplRowName {
+  std::string impl, problem;
+  int threads = 0;
+};
+
+/// "impl|problem|threads": the map key under which such families find a row's peers.
+inline std::string impl_row_key(const std::string& impl, const std::string& problem, int threads) {
+  return impl + "|" + problem + "|" + std::to_string(threads);
+}
+
+/// The parts of `name`, or nothing when it is not <prefix><impl>/<problem>/t<threads>.
+std::optional<ImplRowName> parse_impl_row_name(const std::string& name, const std::string& prefix);
+
 /// How one benchmark family (all names starting with `prefix`) finishes and summarises its rows.
 struct RowFamily {
   std::string prefix;

@@ -230,27 +230,12 @@ bool register_all() {
 
 // --- rows: <impl>/sum/<case>/t<n> ------------------------------------------------------------
 
-struct GroupName {
-  std::string impl, problem;  // problem: sum/<T>x<rows>x<dim>/<bags>x<len>
-  int threads = 0;
-};
-
-std::optional<GroupName> parse(const std::string& name) {
-  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
-  const size_t start = std::string(kPrefix).size();
-  const size_t slash = name.find('/', start), t = name.rfind("/t");
-  if (slash == std::string::npos || t == std::string::npos || t <= slash) return std::nullopt;
-  return GroupName{name.substr(start, slash - start), name.substr(slash + 1, t - slash - 1), std::atoi(name.c_str() + t + 2)};
-}
-
-std::string key(const std::string& impl, const std::string& problem, int threads) {
-  return impl + "|" + problem + "|" + std::to_string(threads);
-}
+std::optional<ImplRowName> parse(const std::string& name) { return parse_impl_row_name(name, kPrefix); }
 
 std::map<std::string, const BenchRow*> rows_by_key(const std::vector<const BenchRow*>& rows) {
   std::map<std::string, const BenchRow*> by_key;
   for (const BenchRow* r : rows)
-    if (const auto n = parse(r->name); n && !r->error && r->seconds > 0) by_key[key(n->impl, n->problem, n->threads)] = r;
+    if (const auto n = parse(r->name); n && !r->error && r->seconds > 0) by_key[impl_row_key(n->impl, n->problem, n->threads)] = r;
   return by_key;
 }
 
@@ -260,7 +245,7 @@ void finish(std::vector<BenchRow*>& rows) {
     const auto n = parse(r->name);
     if (!n || r->error || r->seconds <= 0) continue;
     const auto ratio = [&](const char* impl) -> std::optional<double> {
-      const auto it = by_key.find(key(impl, n->problem, n->threads));
+      const auto it = by_key.find(impl_row_key(impl, n->problem, n->threads));
       return it == by_key.end() ? std::nullopt : std::optional<double>(it->second->seconds / r->seconds);
     };
     r->set("GBps", r->giga_per_second("bytes"));
@@ -276,7 +261,7 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
     if (const auto n = parse(r->name); n && std::find(order.begin(), order.end(), n->problem) == order.end())
       order.push_back(n->problem);
   const auto us = [&](const char* impl, const std::string& p, int threads) -> std::string {
-    const auto it = by_key.find(key(impl, p, threads));
+    const auto it = by_key.find(impl_row_key(impl, p, threads));
     char buf[32] = "-";
     if (it != by_key.end()) std::snprintf(buf, sizeof buf, "%.2f", it->second->seconds * 1e6);
     return buf;

@@ -215,30 +215,13 @@ bool register_all() {
 
 // --- rows: <impl>/sum/<case>/t<n> ------------------------------------------------------------
 
-struct ScalingName {
-  std::string impl, problem;  // problem: sum/<rows>x<dim>/<bags>x<len>
-  int threads = 0;
-};
-
-std::optional<ScalingName> parse(const std::string& name) {
-  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
-  const size_t slash = name.find('/', std::string(kPrefix).size());
-  const size_t t = name.rfind("/t");
-  if (slash == std::string::npos || t == std::string::npos || t <= slash) return std::nullopt;
-  const size_t start = std::string(kPrefix).size();
-  return ScalingName{name.substr(start, slash - start), name.substr(slash + 1, t - slash - 1),
-                     std::atoi(name.c_str() + t + 2)};
-}
-
-std::string key(const std::string& impl, const std::string& problem, int threads) {
-  return impl + "|" + problem + "|" + std::to_string(threads);
-}
+std::optional<ImplRowName> parse(const std::string& name) { return parse_impl_row_name(name, kPrefix); }
 
 void finish(std::vector<BenchRow*>& rows) {
   std::map<std::string, double> seconds;
   for (const BenchRow* r : rows)
     if (const auto n = parse(r->name); n && !r->error && r->seconds > 0)
-      seconds[key(n->impl, n->problem, n->threads)] = r->seconds;
+      seconds[impl_row_key(n->impl, n->problem, n->threads)] = r->seconds;
   const auto ratio = [&](const std::string& k, double s) -> std::optional<double> {
     const auto it = seconds.find(k);
     return it == seconds.end() ? std::nullopt : std::optional<double>(it->second / s);
@@ -247,8 +230,8 @@ void finish(std::vector<BenchRow*>& rows) {
     const auto n = parse(r->name);
     if (!n || r->error || r->seconds <= 0) continue;
     r->set("GBps", r->giga_per_second("bytes"));
-    r->set("vs_t1", ratio(key(n->impl, n->problem, 1), r->seconds));
-    if (n->impl != "limit") r->set("vs_limit", ratio(key("limit", n->problem, n->threads), r->seconds));
+    r->set("vs_t1", ratio(impl_row_key(n->impl, n->problem, 1), r->seconds));
+    if (n->impl != "limit") r->set("vs_limit", ratio(impl_row_key("limit", n->problem, n->threads), r->seconds));
   }
 }
 
@@ -260,7 +243,7 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
     const auto n = parse(r->name);
     if (!n) continue;
     if (std::find(order.begin(), order.end(), n->problem) == order.end()) order.push_back(n->problem);
-    by_key[key(n->impl, n->problem, n->threads)] = r;
+    by_key[impl_row_key(n->impl, n->problem, n->threads)] = r;
   }
   const auto us = [&](const std::string& k) -> std::optional<double> {
     const auto it = by_key.find(k);
@@ -283,13 +266,13 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
                 "limit t2/t1", "jit/limit");
   out << line;
   for (const std::string& p : order) {
-    const auto j1 = us(key("jit", p, 1)), j2 = us(key("jit", p, 2));
-    const auto l1 = us(key("limit", p, 1)), l2 = us(key("limit", p, 2));
+    const auto j1 = us(impl_row_key("jit", p, 1)), j2 = us(impl_row_key("jit", p, 2));
+    const auto l1 = us(impl_row_key("limit", p, 1)), l2 = us(impl_row_key("limit", p, 2));
     std::snprintf(line, sizeof line, "%-22s %8s %8s %8s %8s %8s %8s %9s %11s %9s\n",
                   p.substr(p.find('/') + 1).c_str(), cell(j1, "%.2f").c_str(),
                   cell(j2, "%.2f").c_str(), cell(l1, "%.2f").c_str(), cell(l2, "%.2f").c_str(),
-                  cell(us(key("aten", p, 1)), "%.2f").c_str(),
-                  cell(us(key("aten", p, 2)), "%.2f").c_str(), cell(div(j1, j2), "%.3f").c_str(),
+                  cell(us(impl_row_key("aten", p, 1)), "%.2f").c_str(),
+                  cell(us(impl_row_key("aten", p, 2)), "%.2f").c_str(), cell(div(j1, j2), "%.3f").c_str(),
                   cell(div(l1, l2), "%.3f").c_str(), cell(div(l2, j2), "%.3f").c_str());
     out << line;
   }

@@ -79,13 +79,9 @@ struct EmbagCallPlan {
   EmbagCallPlan& operator=(const EmbagCallPlan&) = delete;
 };
 
-/// The caller's four output buffers of one call (any may be null where its shape is empty).
-struct EmbagOutputs {
-  void* output = nullptr;
-  void* offset2bag = nullptr;
-  void* bag_size = nullptr;
-  void* max_indices = nullptr;
-};
+/// The caller's four output buffers of one call (any may be null where its shape is empty): the
+/// C ABI's struct, so a group's outputs pass from the C ABI as they are.
+using EmbagOutputs = shapejit_embedding_bag_outputs;
 
 /// The C++ API's shapes type from the C one.
 EmbeddingBagShapes to_cpp_shapes(const shapejit_embedding_bag_shapes& s);

@@ -208,13 +208,11 @@ void run_embedding_bags(const shapejit_embedding_bag_ex_args* const* calls, cons
     throw Error(Status::kInvalidArgument, std::string("embedding_bags: ") + (!calls ? "calls" : "outputs") +
                                               " is null but count = " + std::to_string(count));
   std::vector<shapejit_embedding_bag_ex_args> complete(static_cast<size_t>(count));
-  std::vector<EmbagOutputs> outs(static_cast<size_t>(count));
   for (size_t k = 0; k < complete.size(); ++k) {
     if (!calls[k]) throw Error(Status::kInvalidArgument, "embedding_bags: calls[" + std::to_string(k) + "] is null");
     complete[k] = for_call(k, [&] { return complete_ex_args(*calls[k]); });
-    outs[k] = {outputs[k].output, outputs[k].offset2bag, outputs[k].bag_size, outputs[k].max_indices};
   }
-  run_embedding_bags(complete, outs);
+  run_embedding_bags(complete, std::span<const EmbagOutputs>(outputs, complete.size()));
 }
 
 }  // namespace shapejit::rt
