@@ -46,13 +46,17 @@ struct EmbagKey {
   /// (mean still divides by its count), and max keeps no row ids (a compare and a blend less per
   /// vector and row, and no max_indices stores). The output is bitwise the same either way.
   bool index_outputs = true;
+  /// Elements from one output row to the next when they are not dense: 0 means dim (canonical
+  /// for dense rows, so a call passing its own dim shares their kernel). The generic kernel
+  /// (dim 0) keeps 0 and reads EmbagKernelArgs::output_row_stride.
+  int64_t out_stride = 0;
 
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).
   DType index_out() const { return index == offset ? index : DType::kI64; }
   bool operator==(const EmbagKey&) const = default;
   /// Canonical name, e.g. `embag.avx512.f32.d128.sum.i64.o64` (+ `.w`, `.pad`, `.pfN` when
-  /// prefetch != 16, `.head` for prefetch_head and `.noidx` without index outputs; the generic
-  /// kernel is `dgen`).
+  /// prefetch != 16, `.head` for prefetch_head, `.noidx` without index outputs and `.os<N>` for
+  /// an output row stride; the generic kernel is `dgen`).
   std::string name() const;
 };
 
@@ -81,7 +85,8 @@ struct EmbagKernelArgs {
   const void* per_sample_weights;  ///< key.psw elements; read only when key.weighted
   int64_t padding_idx;             ///< non-negative; read only when key.padding
   int64_t bag_begin, bag_end;      ///< bags [bag_begin, bag_end) to compute
-  void* output;                    ///< [B, D] dense, key.out elements
+  void* output;                    ///< [B, D] of key.out elements, rows output_row_stride apart
+  int64_t output_row_stride;       ///< elements between output rows (D when dense)
   const int32_t* mapping;          ///< key.pruned: row of each index (every value in [-1, rows))
   // The index outputs: written only when key.index_outputs (else null: the generic kernel
   // tells the two apart by bag_size, never null when a call with index outputs has a bag).

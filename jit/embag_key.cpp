@@ -1,6 +1,6 @@
 // EmbagKey's canonical name, its inverse and its hash: the one place the name format lives.
 //
-// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head][.noidx]
+// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head][.noidx][.os<N>]
 // <table> is f32, f16, bf16, q8, q4 or q2. The generic kernel (dim 0) is `dgen`. Suffixes appear
 // only when they differ from the default, so every f32 key reads as before:
 //   .w        weighted with the table's natural weight dtype (its own for f32/f16/bf16, f32 for
@@ -9,7 +9,8 @@
 //   .out<dt>  an output dtype other than the natural one (the table's, f32 for quantized);
 //   .pf<N>    a prefetch distance other than 16;
 //   .head     only the head of each row is prefetched (prefetch_head);
-//   .noidx    no index outputs (offset2bag, bag_size, max_indices): the output rows only.
+//   .noidx    no index outputs (offset2bag, bag_size, max_indices): the output rows only;
+//   .os<N>    output rows N elements apart (N > D; dense rows have no suffix).
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -114,12 +115,13 @@ std::string EmbagKey::name() const {
   if (prefetch != kDefaultPrefetch) s += ".pf" + std::to_string(prefetch);
   if (prefetch_head) s += ".head";
   if (!index_outputs) s += ".noidx";
+  if (out_stride != 0) s += ".os" + std::to_string(out_stride);
   return s;
 }
 
 std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   const std::vector<std::string_view> p = split_dots(name);
-  if (p.size() < 7 || p.size() > 14 || p[0] != "embag") return std::nullopt;
+  if (p.size() < 7 || p.size() > 15 || p[0] != "embag") return std::nullopt;
   EmbagKey k;
   const auto isa = parse_isa(p[1]);
   if (!isa) return std::nullopt;
@@ -180,20 +182,27 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   }
   if (i < p.size() && p[i] == "head") k.prefetch_head = true, ++i;
   if (i < p.size() && p[i] == "noidx") k.index_outputs = false, ++i;
+  if (i < p.size() && p[i].substr(0, 2) == "os") {
+    const auto os = parse_decimal(p[i].substr(2));
+    if (!os || k.dim == 0 || *os <= k.dim) return std::nullopt;  // dense rows have no suffix
+    k.out_stride = *os;
+    ++i;
+  }
   if (i != p.size()) return std::nullopt;
   return k;
 }
 
 size_t EmbagKeyHash::operator()(const EmbagKey& k) const noexcept {
-  // All fields but dim fit in 64 bits together (dtypes 4 bits each, flags 1 bit, prefetch 32);
-  // dim gets its own 64-bit mix.
+  // All fields but dim and out_stride fit in 64 bits together (dtypes 4 bits each, flags 1
+  // bit, prefetch 32); dim and out_stride get 64-bit mixes of their own.
   uint64_t small = uint64_t(k.isa) | uint64_t(k.table) << 4 | uint64_t(k.mode) << 8 |
                    uint64_t(k.weighted) << 10 | uint64_t(k.padding) << 11 |
                    uint64_t(k.index) << 12 | uint64_t(k.offset) << 16 |
                    uint64_t(k.out) << 20 | uint64_t(k.psw) << 24 | uint64_t(k.pruned) << 28 |
                    uint64_t(k.prefetch_head) << 29 | uint64_t(k.index_outputs) << 30 |
                    uint64_t(uint32_t(k.prefetch)) << 32;
-  uint64_t h = small * 0x9E3779B97F4A7C15ull ^ uint64_t(k.dim) * 0xC2B2AE3D27D4EB4Full;
+  uint64_t h = small * 0x9E3779B97F4A7C15ull ^ uint64_t(k.dim) * 0xC2B2AE3D27D4EB4Full ^
+               uint64_t(k.out_stride) * 0x94D049BB133111EBull;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;
   h ^= h >> 32;

@@ -45,6 +45,9 @@ std::optional<std::string> embag_key_unsupported_reason(const EmbagKey& key) {
     return "prefetch distance " + std::to_string(key.prefetch) + " is outside [0, 2^20]";
   if (key.prefetch_head && !embag_prefetch_head_defined(key))
     return "prefetching the head of a row is defined for f32 tables with a prefetch distance";
+  if (key.out_stride != 0 && (key.out_stride <= key.dim || key.out_stride > kMaxGeneratedEmbagDim))
+    return "output row stride " + std::to_string(key.out_stride) + " is outside (dim, " +
+           std::to_string(kMaxGeneratedEmbagDim) + "] (0 names dense rows)";
   if ((key.index != DType::kI32 && key.index != DType::kI64) ||
       (key.offset != DType::kI32 && key.offset != DType::kI64))
     return "index and offset types must be i32 or i64";

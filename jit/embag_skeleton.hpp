@@ -122,7 +122,10 @@ class EmbagSkeleton : protected KernelEmitter {
   int64_t out_disp(int64_t col) const {
     return embag_col_bytes(key_.out, col) - embag_col_bytes(key_.out, base_col_) + side_ * out_row_bytes();
   }
-  int64_t out_row_bytes() const { return embag_col_bytes(key_.out, key_.dim); }
+  /// Bytes from one output row to the next (the key's row stride, else dense rows).
+  int64_t out_row_bytes() const { return embag_col_bytes(key_.out, key_.out_stride != 0 ? key_.out_stride : key_.dim); }
+  /// Bytes an output row's stride adds to its values (0 for dense rows): max_indices stays dense.
+  int64_t out_row_gap_bytes() const { return out_row_bytes() - embag_col_bytes(key_.out, key_.dim); }
   int64_t base_col() const { return base_col_; }
   /// The block being emitted runs in a run-time block loop: kWeight then moves right by a
   /// block per iteration, so only the block's own columns are at a fixed row_disp; anything

@@ -260,6 +260,7 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
   const shapejit_dtype idx_t = shapes.index_out_dtype;
   const int64_t bags = shapes.output_rows;
   const int64_t out_dtype = ex.output_dtype;
+  const int64_t out_stride = ex.output_row_stride != 0 ? ex.output_row_stride : a.dim;  // elements between rows
   std::vector<float>& res = scratch.row;
   std::vector<int64_t>& winner = scratch.winners;
 
@@ -286,7 +287,7 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
       else sum_float_table(c, s, res);
       if (a.mode == SHAPEJIT_MEAN) divide_by_count(c, count, res);
     }
-    for (int64_t d = 0; d < a.dim; ++d) store_float_output(output, out_dtype, b * a.dim + d, res[size_t(d)]);
+    for (int64_t d = 0; d < a.dim; ++d) store_float_output(output, out_dtype, b * out_stride + d, res[size_t(d)]);
     if (a.mode != SHAPEJIT_SUM && shapes.bag_size_len > 0) store_int(bag_size, idx_t, b, count);
     if (a.mode == SHAPEJIT_MEAN && shapes.max_indices_rows > 0) store_int(max_indices, idx_t, b, count);
   }

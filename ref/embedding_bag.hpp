@@ -31,8 +31,9 @@ shapejit_embedding_bag_ex_args embedding_bag_ex_defaults(const shapejit_embeddin
 void embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
                    void* bag_size, void* max_indices);
 
-/// The same for an extended call (output of args.output_dtype). Its struct_size is ignored: every
-/// field is read. With offsets_as_lengths, positions after the last bag (which no bag takes)
+/// The same for an extended call (output of args.output_dtype, rows args.output_row_stride
+/// elements apart when that is nonzero; the gaps are not written). Its struct_size is ignored:
+/// every field is read. With offsets_as_lengths, positions after the last bag (which no bag takes)
 /// get offset2bag = B, as the positions after a partial final offset do.
 void embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                    void* bag_size, void* max_indices);

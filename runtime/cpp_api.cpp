@@ -85,6 +85,7 @@ shapejit_embedding_bag_ex_args EmbeddingBagCall::to_c_ex() const {
   }
   e.offsets_as_lengths = offsets_as_lengths;
   e.skip_index_outputs = skip_index_outputs;
+  e.output_row_stride = output_row_stride;
   return e;
 }
 
@@ -107,7 +108,9 @@ void embedding_bags(std::span<const EmbeddingBagCall> calls, std::span<const Emb
 }
 
 EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call) {
-  const rt::EmbagCallPlan plan = rt::plan_embedding_bag(call.to_c_ex());  // the one validation
+  shapejit_embedding_bag_ex_args dense = call.to_c_ex();
+  dense.output_row_stride = 0;  // the result's rows are dense whatever the call asks
+  const rt::EmbagCallPlan plan = rt::plan_embedding_bag(dense);  // the one validation
   const EmbeddingBagShapes s = rt::to_cpp_shapes(plan.shapes);
   const int64_t int_bytes = s.index_dtype == DType::kI32 ? 4 : 8;
   const int64_t out_bytes = plan.out == DType::kF32 ? 4 : 2;

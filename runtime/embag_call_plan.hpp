@@ -34,6 +34,7 @@ struct EmbagCallPlan {
 
   int64_t num_rows = 0, dim = 0, num_indices = 0;
   int64_t num_bags = 0;           ///< B
+  int64_t out_row_stride = 0;     ///< elements from one output row to the next (dim when dense)
   int64_t row_bytes = 0;          ///< bytes of one row's values (the packed row when quantized)
   int64_t row_stride_bytes = 0;   ///< distance between rows in bytes (0 when there are no rows)
 

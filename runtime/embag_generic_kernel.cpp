@@ -226,7 +226,7 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
         sum_block<kTable>(p, begin, end, c0, n, acc);
         if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count);
       }
-      store_block(args.output, flags.out, b * p.dim + c0, acc, n);
+      store_block(args.output, flags.out, b * args.output_row_stride + c0, acc, n);
     }
     if (!index_outputs) continue;
     if constexpr (kMode == Mode::kMean) max_indices[b] = static_cast<Out>(count);

@@ -50,6 +50,7 @@ jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.prefetch_head = prefetch.row_head && jit::embag_prefetch_head_defined(key);
   // Canonical: a sum without padding writes no index output in its kernel either way.
   key.index_outputs = p.index_outputs || (p.mode == Mode::kSum && !p.padding);
+  key.out_stride = p.out_row_stride == p.dim ? 0 : p.out_row_stride;  // canonical: dense rows are 0
   return key;
 }
 
@@ -85,6 +86,7 @@ jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output
   k.bag_begin = 0;
   k.bag_end = p.num_bags;
   k.output = output;
+  k.output_row_stride = p.out_row_stride;
   k.mapping = p.pruned ? p.mapping : nullptr;
   // Without index outputs the kernels get none (the generic kernel tells by bag_size == null).
   k.offset2bag = p.index_outputs ? offset2bag : nullptr;

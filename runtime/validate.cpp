@@ -182,6 +182,19 @@ void check_mapping(EmbagCallPlan& p) {
   p.mapping_len = e.mapping_len;
 }
 
+// The output's row stride: dense (0) or at least a row. Bounded like the dense output: B rows of
+// the stride fit in int64 bytes (so the strided extent and the kernels' row offsets do).
+void check_output_layout(EmbagCallPlan& p) {
+  const int64_t stride = p.args.output_row_stride;
+  if (stride != 0 && stride < p.dim)
+    invalid_with([&] {
+      return "output_row_stride must be 0 (dense rows) or >= dim (" + to_string(p.dim) + "), but got " +
+             to_string(stride);
+    });
+  if (stride != 0) check_bytes("output", p.args.call.num_offsets, stride, 8);
+  p.out_row_stride = stride != 0 ? stride : p.dim;
+}
+
 // The index space: the mapping's entries for a pruned table, else the rows.
 int64_t index_space(const EmbagCallPlan& p) { return p.pruned ? p.mapping_len : p.num_rows; }
 std::string index_space_text(const EmbagCallPlan& p) {
@@ -370,6 +383,7 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
   SHAPEJIT_TAKE_FIELD(mapping_len);
   SHAPEJIT_TAKE_FIELD(offsets_as_lengths);
   SHAPEJIT_TAKE_FIELD(skip_index_outputs);
+  SHAPEJIT_TAKE_FIELD(output_row_stride);
 #undef SHAPEJIT_TAKE_FIELD
   e.struct_size = sizeof e;
   return e;
@@ -381,6 +395,7 @@ namespace {
 void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
   check_sizes(p);
   check_output_and_weight_dtypes(p);
+  check_output_layout(p);
   check_mapping(p);
   check_input_buffers(p);  // before the offsets, indices and mapping are read below
   check_options(p);

@@ -76,7 +76,9 @@ std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
 std::array<Buffer, kNumOutputs> output_buffers(const EmbagCallPlan& p, const void* output, const void* offset2bag,
                                                const void* bag_size, const void* max_indices) {
   const shapejit_embedding_bag_shapes& s = p.shapes;
-  return {make_buffer(output, s.output_rows * s.output_cols, p.out),
+  // A strided output spans from its first row's start to its last row's end (gaps included).
+  const int64_t output_elements = s.output_rows == 0 ? 0 : (s.output_rows - 1) * p.out_row_stride + s.output_cols;
+  return {make_buffer(output, output_elements, p.out),
           make_buffer(offset2bag, s.offset2bag_len, p.index_out),
           make_buffer(bag_size, s.bag_size_len, p.index_out),
           make_buffer(max_indices, s.max_indices_rows * s.max_indices_cols, p.index_out)};
@@ -146,12 +148,24 @@ void check_input_buffers(EmbagCallPlan& plan) {
     plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
 }
 
-// One buffer of a group's call, for the cross-call rule.
+// One buffer of a group's call, for the cross-call rule. An `output` also carries its rows'
+// layout: rows of row_bytes, period bytes apart (period == row_bytes when dense).
 struct GroupBuffer {
   ByteRange range;
   size_t call;
   int id;  // BufferId
+  uintptr_t period = 0, row_bytes = 0;
 };
+
+// Two overlapping spans that are both strided outputs of one period share no byte when their
+// rows interleave: seen from a's rows, b's start `d` bytes into a period (d = (b - a) mod P), so
+// b's row bytes [d, d + row_b) miss a's [0, row_a) in every period exactly when row_a <= d and
+// d + row_b <= P. (Calls writing column slices of one [B, sum of D] buffer.)
+bool rows_interleave(const GroupBuffer& a, const GroupBuffer& b) {
+  if (a.id != kOutput || b.id != kOutput || a.period != b.period || a.period == 0) return false;
+  const uintptr_t d = (b.range.begin - a.range.begin) % a.period;  // b starts no earlier than a
+  return a.row_bytes <= d && d + b.row_bytes <= a.period;
+}
 
 [[noreturn, gnu::cold, gnu::noinline]] void report_group_overlap(const GroupBuffer& output, const GroupBuffer& other) {
   const auto name = [](const GroupBuffer& b) {
@@ -172,26 +186,43 @@ void validate_group_outputs(std::span<const EmbagCallPlan> plans, std::span<cons
   for (size_t c = 0; c < plans.size(); ++c) {
     const EmbagOutputs& o = outputs[c];
     const std::array<Buffer, kNumOutputs> out = output_buffers(plans[c], o.output, o.offset2bag, o.bag_size, o.max_indices);
-    for (int k = 0; k < kNumOutputs; ++k)
-      if (out[size_t(k)].bytes != 0) outs.push_back({byte_range(out[size_t(k)].data, out[size_t(k)].bytes), c, kOutput + k});
+    const uintptr_t elem = uintptr_t(element_bytes(plans[c].out));
+    for (int k = 0; k < kNumOutputs; ++k) {
+      if (out[size_t(k)].bytes == 0) continue;
+      GroupBuffer b{byte_range(out[size_t(k)].data, out[size_t(k)].bytes), c, kOutput + k};
+      if (k == 0) b.period = uintptr_t(plans[c].out_row_stride) * elem, b.row_bytes = uintptr_t(plans[c].dim) * elem;
+      outs.push_back(b);
+    }
     for (int k = 0; k < kNumInputs; ++k) {
       const ByteRange r = plans[c].input_ranges[size_t(k)];
       if (r.begin < r.end) ins.push_back({r, c, k});
     }
   }
-  // Outputs sorted by start: one overlaps another exactly when it starts before the furthest
-  // end of those before it. Outputs of one call were checked against each other already.
+  // Outputs sorted by start; each is checked against the earlier ones whose span it enters
+  // (`open`, those not yet ended): spans may overlap only as interleaved strided rows, so with
+  // dense outputs `open` holds at most one entry, and with T calls writing slices of one buffer
+  // up to T (T^2 / 2 pair tests). Outputs of one call were checked against each other already.
   std::sort(outs.begin(), outs.end(), [](const GroupBuffer& a, const GroupBuffer& b) { return a.range.begin < b.range.begin; });
-  for (size_t k = 1, furthest = 0; k < outs.size(); ++k) {
-    if (outs[k].range.begin < outs[furthest].range.end) report_group_overlap(outs[k], outs[furthest]);
-    if (outs[k].range.end > outs[furthest].range.end) furthest = k;
+  std::vector<size_t> open;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    std::erase_if(open, [&](size_t j) { return outs[j].range.end <= outs[k].range.begin; });
+    for (size_t j : open)
+      if (!rows_interleave(outs[j], outs[k])) report_group_overlap(outs[k], outs[j]);
+    open.push_back(k);
   }
-  // Now disjoint, so sorted by end too: the first output ending after an input starts is the
-  // only candidate to overlap it.
+  // The outputs' spans merged into disjoint ranges, sorted: the first one ending after an input
+  // starts is the only candidate to overlap it (an input among strided rows counts as overlapping).
+  std::vector<ByteRange> merged;
+  for (const GroupBuffer& o : outs) {
+    if (!merged.empty() && o.range.begin < merged.back().end) merged.back().end = std::max(merged.back().end, o.range.end);
+    else merged.push_back(o.range);
+  }
   for (const GroupBuffer& in : ins) {
-    const auto o = std::upper_bound(outs.begin(), outs.end(), in.range.begin,
-                                    [](uintptr_t at, const GroupBuffer& b) { return at < b.range.end; });
-    if (o != outs.end() && o->range.begin < in.range.end) report_group_overlap(*o, in);
+    const auto m = std::upper_bound(merged.begin(), merged.end(), in.range.begin,
+                                    [](uintptr_t at, const ByteRange& r) { return at < r.end; });
+    if (m == merged.end() || m->begin >= in.range.end) continue;
+    for (const GroupBuffer& o : outs)  // the error path: name an output whose span it enters
+      if (nonempty_byte_ranges_overlap(o.range, in.range)) report_group_overlap(o, in);
   }
 }
 

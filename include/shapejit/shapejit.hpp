@@ -88,6 +88,9 @@ struct SHAPEJIT_API EmbeddingBagCall {
   /// Only the output (inference): offset2bag, bag_size and max_indices get 0 elements and are
   /// not computed; the output is bitwise the same (see shapejit.h).
   bool skip_index_outputs = false;
+  /// Elements between output rows; 0: dense. Nonzero: >= dim, and only the rows' dim columns
+  /// are written (calls writing column slices of one buffer concatenate; see shapejit.h).
+  int64_t output_row_stride = 0;
 
   /// The C ABI form of this call (the ex fields ignored).
   shapejit_embedding_bag_args to_c() const;
@@ -123,7 +126,8 @@ SHAPEJIT_API EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCa
 /// Runs the call into caller buffers sized by embedding_bag_output_shapes(). Buffers must be aligned
 /// to their element size, and no output may overlap an input or another output (see shapejit.h).
 SHAPEJIT_API void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out);
-/// Runs the call into freshly allocated buffers (validated once).
+/// Runs the call into freshly allocated buffers (validated once); their rows are dense, whatever
+/// call.output_row_stride says.
 SHAPEJIT_API EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
 /// Runs many calls as one (a model's tables): outputs[k] receives calls[k]'s results, bitwise
 /// those of embedding_bag(calls[k], outputs[k]). Every call is validated and every index checked

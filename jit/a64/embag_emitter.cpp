@@ -136,7 +136,7 @@ void A64EmbagEmitter::load_args() {
   load_field(gp(G::kBag), offsetof(EmbagKernelArgs, bag_begin));
   load_field(bag_end_, offsetof(EmbagKernelArgs, bag_end));
   load_field(gp(G::kOut), offsetof(EmbagKernelArgs, output));
-  a_.mov(gp(G::kScratch), Imm(uint64_t(embag_col_bytes(key().out, key().dim))));
+  a_.mov(gp(G::kScratch), Imm(uint64_t(out_row_bytes())));
   a_.madd(gp(G::kOut), gp(G::kBag), gp(G::kScratch), gp(G::kOut));
   emit_table_constants();
 }

@@ -52,10 +52,15 @@ void A64EmbagEmitter::max_blend(int64_t j, int64_t v) {
 // 64-bit elements two columns at a time: zero-extended from 32-bit lanes (uxtl/uxtl2 into
 // load0_, free at store time), or the wide path's 2 x 64-bit registers as they are.
 void A64EmbagEmitter::store_max_ids(const EmbagBlock& blk) {
-  // The element offset of kOut (bag * dim + the block's column) locates the ids too.
+  // The element offset of kOut (bag * dim + the block's column) locates the ids too, once a
+  // strided output's gaps before the bag (bag * gap) are taken off: max_indices is dense.
   const a64::Gp s = gp(G::kScratch);
   load_field(s, offsetof(EmbagKernelArgs, output));
   a_.sub(s, gp(G::kOut), s);
+  if (out_row_gap_bytes() != 0) {
+    a_.mov(rowp_, Imm(uint64_t(out_row_gap_bytes())));  // rowp_ is free until max_indices below
+    a_.msub(s, gp(G::kBag), rowp_, s);
+  }
   const int64_t out_elem = embag_col_bytes(key().out, 1);
   if (out_size() == 2 * out_elem) a_.add(s, s, s);
   else if (out_size() > out_elem) a_.lsl(s, s, Imm(out_size() == 4 * out_elem ? 2 : 3));

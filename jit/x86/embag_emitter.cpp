@@ -145,7 +145,7 @@ void X86EmbagEmitter::load_args() {
   if (mapping_.isValid()) a_.mov(mapping_, arg_mem(offsetof(EmbagKernelArgs, mapping)));
   a_.mov(gp(G::kBag), arg_mem(offsetof(EmbagKernelArgs, bag_begin)));
   a_.mov(gp(G::kOut), arg_mem(offsetof(EmbagKernelArgs, output)));
-  a_.imul(gp(G::kScratch), gp(G::kBag), static_cast<int32_t>(embag_col_bytes(key().out, key().dim)));
+  a_.imul(gp(G::kScratch), gp(G::kBag), static_cast<int32_t>(out_row_bytes()));
   a_.add(gp(G::kOut), gp(G::kScratch));
   if (tail() != 0 && t_.avx512) {
     a_.mov(gp(G::kScratch).r32(), (1u << tail()) - 1);

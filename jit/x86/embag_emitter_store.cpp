@@ -102,9 +102,16 @@ void X86EmbagEmitter::store_ids64(const x86::Mem& dst, const x86::Vec& ids, int6
 // max_indices[bag][col] from the id registers: 32-bit lanes stored as int32, or zero-extended
 // to int64 half a vector at a time, or 64-bit lanes (the wide path) stored as they are.
 void X86EmbagEmitter::store_max_ids(const EmbagBlock& blk) {
-  // The element offset of kOut (bag * dim + the block loop's column) locates the ids too.
+  // The element offset of kOut (bag * dim + the block loop's column) locates the ids too, once
+  // a strided output's gaps before the bag (bag * gap) are taken off: max_indices is dense.
   const x86::Gp s = gp(G::kScratch);
-  a_.mov(s, gp(G::kOut));
+  if (out_row_gap_bytes() == 0) {
+    a_.mov(s, gp(G::kOut));
+  } else {
+    a_.imul(s, gp(G::kBag), static_cast<int32_t>(out_row_gap_bytes()));
+    a_.neg(s);
+    a_.add(s, gp(G::kOut));
+  }
   a_.sub(s, arg_mem(offsetof(EmbagKernelArgs, output)));
   const int64_t out_elem = embag_col_bytes(key().out, 1);
   if (out_size() == 2 * out_elem) a_.add(s, s);

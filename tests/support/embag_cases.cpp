@@ -388,6 +388,7 @@ shapejit_embedding_bag_ex_args EmbagCase::to_ex_args(const void* table) const {
   }
   e.offsets_as_lengths = offsets_as_lengths;
   e.skip_index_outputs = skip_index_outputs;
+  e.output_row_stride = output_row_stride;
   return e;
 }
 
@@ -563,6 +564,7 @@ std::string EmbagCase::summary() const {
   if (aten_partial_final_offset) os << " aten_partial_final_offset";
   if (offsets_as_lengths) os << " offsets_as_lengths";
   if (skip_index_outputs) os << " skip_index_outputs";
+  if (output_row_stride != 0) os << " output_row_stride " << output_row_stride;
   return os.str();
 }
 
@@ -647,7 +649,7 @@ std::byte guard_byte(size_t k) {
 }  // namespace
 
 GuardedOutputs::GuardedOutputs(const shapejit_embedding_bag_shapes& s, unsigned char sentinel,
-                               bool null_when_empty, shapejit_dtype output_dtype)
+                               bool null_when_empty, shapejit_dtype output_dtype, int64_t output_row_stride)
     : sentinel_(sentinel), null_when_empty_(null_when_empty) {
   const size_t out_bytes = output_dtype == SHAPEJIT_F32 ? sizeof(float) : 2;
   const size_t int_bytes = s.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
@@ -655,8 +657,12 @@ GuardedOutputs::GuardedOutputs(const shapejit_embedding_bag_shapes& s, unsigned 
   elements_[1] = s.offset2bag_len;
   elements_[2] = s.bag_size_len;
   elements_[3] = s.max_indices_rows * s.max_indices_cols;
+  rows_ = size_t(s.output_rows);
+  row_bytes_ = size_t(s.output_cols) * out_bytes;
+  row_stride_bytes_ = output_row_stride != 0 ? size_t(output_row_stride) * out_bytes : row_bytes_;
   for (size_t k = 0; k < 4; ++k) {
     payload_bytes_[k] = static_cast<size_t>(elements_[k]) * (k == 0 ? out_bytes : int_bytes);
+    if (k == 0 && rows_ > 0) payload_bytes_[k] = (rows_ - 1) * row_stride_bytes_ + row_bytes_;
     const size_t rounded = (payload_bytes_[k] + 63) / 64 * 64;
     storage_[k].resize(kGuardBytes + rounded + kGuardBytes);
     for (size_t b = 0; b < kGuardBytes; ++b) storage_[k][b] = guard_byte(b);
@@ -674,6 +680,21 @@ void* GuardedOutputs::data(EmbagOutput which) {
 std::span<const std::byte> GuardedOutputs::bytes(EmbagOutput which) const {
   const size_t k = index(which);
   return {payload(k), payload_bytes_[k]};
+}
+
+std::vector<std::byte> GuardedOutputs::output_rows() const {
+  std::vector<std::byte> rows(rows_ * row_bytes_);
+  for (size_t r = 0; r < rows_; ++r)
+    std::memcpy(rows.data() + r * row_bytes_, payload(0) + r * row_stride_bytes_, row_bytes_);
+  return rows;
+}
+
+std::string GuardedOutputs::check_output_gaps() const {
+  for (size_t r = 0; r + 1 < rows_; ++r)
+    for (size_t b = r * row_stride_bytes_ + row_bytes_; b < (r + 1) * row_stride_bytes_; ++b)
+      if (payload(0)[b] != std::byte{sentinel_})
+        return "output byte " + std::to_string(b) + ", in the gap after row " + std::to_string(r) + ", was written";
+  return "";
 }
 
 shapejit_status GuardedOutputs::run(const shapejit_embedding_bag_args& args) {
@@ -718,8 +739,11 @@ bool is_nan_element(uint64_t bits, size_t element_bytes) {
 
 std::string first_output_difference(const GuardedOutputs& want, const GuardedOutputs& got,
                                     shapejit_dtype output_dtype) {
+  const std::vector<std::byte> want_rows = want.output_rows(), got_rows = got.output_rows();
   for (EmbagOutput w : kAllEmbagOutputs) {
-    const auto a = want.bytes(w), b = got.bytes(w);
+    const bool rows = w == EmbagOutput::kOutput;  // compared row by row: either may be strided
+    const std::span<const std::byte> a = rows ? std::span<const std::byte>(want_rows) : want.bytes(w);
+    const std::span<const std::byte> b = rows ? std::span<const std::byte>(got_rows) : got.bytes(w);
     if (a.size() != b.size()) return std::string(output_name(w)) + ": sizes differ";
     const size_t element_bytes = want.elements(w) > 0 ? a.size() / size_t(want.elements(w)) : 1;
     for (size_t e = 0; e * element_bytes < a.size(); ++e) {
@@ -744,6 +768,7 @@ std::string first_output_difference(const GuardedOutputs& want, const GuardedOut
       return output_name(w) + std::string(text);
     }
   }
+  if (std::string gaps = got.check_output_gaps(); !gaps.empty()) return gaps;
   return got.check_guards();
 }
 

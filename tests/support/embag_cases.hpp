@@ -56,6 +56,7 @@ struct EmbagCase {
   std::optional<std::vector<int32_t>> mapping;  ///< compressed_indices_mapping (pruned tables)
   bool offsets_as_lengths = false;
   bool skip_index_outputs = false;  ///< only the output (extended cases; ex args only)
+  int64_t output_row_stride = 0;    ///< elements between output rows, 0: dense (ex args only)
   shapejit_mode mode = SHAPEJIT_SUM;
   std::optional<int64_t> padding_idx;  ///< as passed: may be negative (wraps by num_rows)
   bool include_last_offset = false;
@@ -130,13 +131,20 @@ class GuardedOutputs {
 
   /// Allocates buffers of the given shapes. With `null_when_empty`, zero-length outputs are
   /// passed as NULL (allowed by the C ABI) instead of a guarded zero-length buffer.
+  /// A nonzero `output_row_stride` lays the output's rows that many elements apart (the call's
+  /// ex field of that name): its buffer spans the rows and the gaps between them.
   explicit GuardedOutputs(const shapejit_embedding_bag_shapes& shapes, unsigned char sentinel = 0xCD,
-                          bool null_when_empty = false, shapejit_dtype output_dtype = SHAPEJIT_F32);
+                          bool null_when_empty = false, shapejit_dtype output_dtype = SHAPEJIT_F32,
+                          int64_t output_row_stride = 0);
 
   /// Pointer to pass for `which` (NULL for an empty output when null_when_empty).
   void* data(EmbagOutput which);
-  /// The output's bytes after a call.
+  /// The output's bytes after a call (the output's gaps included when its rows are strided).
   std::span<const std::byte> bytes(EmbagOutput which) const;
+  /// The output's rows alone, back to back (bytes(kOutput) when they are dense).
+  std::vector<std::byte> output_rows() const;
+  /// "" when every byte between strided output rows still holds the sentinel.
+  std::string check_output_gaps() const;
   /// Element count of the output.
   int64_t elements(EmbagOutput which) const { return elements_[index(which)]; }
   /// Calls the C ABI with these buffers.
@@ -155,6 +163,7 @@ class GuardedOutputs {
   std::vector<std::byte> storage_[4];  // guard | payload (rounded up to 64 bytes) | guard
   size_t payload_bytes_[4] = {};
   int64_t elements_[4] = {};
+  size_t rows_ = 0, row_bytes_ = 0, row_stride_bytes_ = 0;  // the output's layout
   unsigned char sentinel_;
   bool null_when_empty_;
 };
