@@ -2,7 +2,8 @@
 """shapejit against PyTorch, called from PyTorch: torch.ops.shapejit.embedding_bag beside
 torch.embedding_bag, and shapejit.EmbeddingBag beside nn.EmbeddingBag, in one process; then a
 model's tables: one nn.EmbeddingBag call per table, one shapejit.EmbeddingBag call per table, and
-one shapejit.EmbeddingBagGroup call for all of them (--groups).
+one shapejit.EmbeddingBagGroup call for all of them, then the outputs concatenated (torch.cat of
+the nn.EmbeddingBag outputs against EmbeddingBagGroup.concat) (--groups).
 
 Every case times each implementation in interleaved rounds (round r runs A's batch, then B's,
 then the other pair's), each batch a run of back-to-back calls; a figure is the minimum over the
@@ -104,14 +105,19 @@ def time_groups(args, gen):
         inputs = [torch.randint(0, args.rows, (bags, per_bag), generator=gen) for _ in range(tables)]
         fns = (lambda: [b(i) for b, i in zip(nn_bags, inputs)],
                lambda: [b(i) for b, i in zip(sj_bags, inputs)],
-               lambda: group(inputs))
-        want, per_bag_out, grouped = (f() for f in fns)
-        if not all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(want, per_bag_out, grouped)):
+               lambda: group(inputs),
+               lambda: torch.cat([b(i) for b, i in zip(nn_bags, inputs)], dim=1),
+               lambda: group.concat(inputs))
+        want, per_bag_out, grouped, want_cat, concat = (f() for f in fns)
+        if not all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(want, per_bag_out, grouped)) or \
+                not torch.equal(want_cat, concat):
             sys.exit("torch_ops_bench: group {}: shapejit's outputs differ from torch's".format(spec))
         t = time_interleaved(fns, args.rounds, args.batch_us)
         print("group {:14} nn.EmbeddingBag x{} {:8.1f} us, shapejit.EmbeddingBag x{} {:8.1f} us, "
-              "EmbeddingBagGroup {:8.1f} us ({:.2f}x torch, {:.2f}x one module per table)".format(
-                  spec, tables, t[0], tables, t[1], t[2], t[0] / t[2], t[1] / t[2]), flush=True)
+              "EmbeddingBagGroup {:8.1f} us ({:.2f}x torch, {:.2f}x one module per table); "
+              "concatenated: torch.cat of nn.EmbeddingBag x{} {:8.1f} us, EmbeddingBagGroup.concat {:8.1f} us "
+              "({:.2f}x)".format(spec, tables, t[0], tables, t[1], t[2], t[0] / t[2], t[1] / t[2], tables, t[3], t[4],
+                                 t[3] / t[4]), flush=True)
 
 
 def main(argv):

@@ -216,6 +216,8 @@ void draw_ex_options(Draw& d, Call& c) {
   }
   c.ex.offsets_as_lengths = d.chance(20) ? 1 : 0;
   c.ex.skip_index_outputs = d.chance(15) ? 1 : 0;
+  if (d.chance(20))  // strided output rows: mostly just past the row, sometimes below it or absurd
+    c.ex.output_row_stride = d.chance(90) ? c.args.dim + d.in_range(0, 70) : d.chance(50) ? c.args.dim - 1 : d.raw64();
   if (d.chance(3)) c.ex.struct_size = size_t(d.in_range(0, int64_t(sizeof c.ex) + 16));
 }
 
@@ -320,7 +322,7 @@ std::string describe(const Call& c) {
          " psw dtype " + std::to_string(psw_t) + " mapping " + (c.ex.compressed_indices_mapping ? "" : "NULL ") +
          std::to_string(c.ex.mapping_len) + " " + shapejit::fuzz::list_text(std::vector<int64_t>(c.mapping.begin(), c.mapping.end())) +
          " offsets_as_lengths " + std::to_string(c.ex.offsets_as_lengths) + " skip_index_outputs " +
-         std::to_string(c.ex.skip_index_outputs);
+         std::to_string(c.ex.skip_index_outputs) + " output_row_stride " + std::to_string(c.ex.output_row_stride);
   }
   if (!c.table.empty()) s += "\n  table[0] " + shapejit::fuzz::float_text(c.table[0]);
   return s;
@@ -353,16 +355,20 @@ shapejit_embedding_bag_ex_args effective_ex(const Call& c) {
   take(offsetof(shapejit_embedding_bag_ex_args, mapping_len), sizeof e.mapping_len);
   take(offsetof(shapejit_embedding_bag_ex_args, offsets_as_lengths), sizeof e.offsets_as_lengths);
   take(offsetof(shapejit_embedding_bag_ex_args, skip_index_outputs), sizeof e.skip_index_outputs);
+  take(offsetof(shapejit_embedding_bag_ex_args, output_row_stride), sizeof e.output_row_stride);
   return e;
 }
 
-bool fits_budget(const shapejit_embedding_bag_shapes& s) {
+// Elements between the rows of a valid call's output (0: dense).
+int64_t output_stride(const Call& c) { return effective_ex(c).output_row_stride; }
+
+bool fits_budget(const shapejit_embedding_bag_shapes& s, int64_t output_row_stride) {
   const int64_t ints = s.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
   auto ok = [](int64_t rows, int64_t cols, int64_t bytes) {
     int64_t n = 0;
     return !__builtin_mul_overflow(rows, cols, &n) && n <= kOutputBudgetBytes / bytes;
   };
-  return ok(s.output_rows, s.output_cols, 4) && ok(s.offset2bag_len, 1, ints) && ok(s.bag_size_len, 1, ints) &&
+  return ok(s.output_rows, std::max(s.output_cols, output_row_stride), 4) && ok(s.offset2bag_len, 1, ints) && ok(s.bag_size_len, 1, ints) &&
          ok(s.max_indices_rows, s.max_indices_cols, ints);
 }
 
@@ -373,8 +379,12 @@ void compare_with_reference(const Call& c, GuardedOutputs& api, const shapejit_e
   shapejit::ref::embedding_bag(effective_ex(c), want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
                                want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
   const size_t ints = shapes.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
+  if (const std::string gaps = api.check_output_gaps(); !gaps.empty()) fail(gaps);
+  const std::vector<std::byte> got_rows = api.output_rows(), want_rows = want.output_rows();
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
-    const auto got = api.bytes(which), ref = want.bytes(which);
+    const bool rows = which == EmbagOutput::kOutput;  // the library's rows may be strided
+    const std::span<const std::byte> got = rows ? std::span<const std::byte>(got_rows) : api.bytes(which);
+    const std::span<const std::byte> ref = rows ? std::span<const std::byte>(want_rows) : want.bytes(which);
     const size_t width = which == EmbagOutput::kOutput ? (out_dtype == SHAPEJIT_F32 ? 4 : 2) : ints;
     tally.checked += int64_t(got.size() / width);
     for (size_t e = 0; e < got.size() / width; ++e) {
@@ -468,7 +478,7 @@ void run_in_group(const Call& c, void* const ptr_alone[4], shapejit_status statu
   GuardedOutputs small_out(small_shapes, 0xEE, true);
 
   GuardedOutputs out(shapes_ok ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
-                     shapes_ok ? output_dtype(c) : SHAPEJIT_F32);
+                     shapes_ok ? output_dtype(c) : SHAPEJIT_F32, shapes_ok ? output_stride(c) : 0);
   void* p[4];
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs)
     p[int(which)] = ptr_alone[int(which)] ? out.data(which) : nullptr;
@@ -525,13 +535,14 @@ void run_call(const Call& c) {
   const std::string shape_error = shapejit_last_error();
   if (shape_status != SHAPEJIT_OK && std::memcmp(&shapes, &before, sizeof shapes) != 0)
     fail("a rejected shapejit_embedding_bag_output_shapes wrote its shapes argument");
-  if (shape_status == SHAPEJIT_OK && !fits_budget(shapes)) {  // valid, but too large to back
+  if (shape_status == SHAPEJIT_OK && !fits_budget(shapes, output_stride(c))) {  // valid, but too large to back
     ++tally.too_large;
     return;
   }
 
   GuardedOutputs out(shape_status == SHAPEJIT_OK ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
-                     shape_status == SHAPEJIT_OK ? output_dtype(c) : SHAPEJIT_F32);
+                     shape_status == SHAPEJIT_OK ? output_dtype(c) : SHAPEJIT_F32,
+                     shape_status == SHAPEJIT_OK ? output_stride(c) : 0);
   void* ptr[4];
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) ptr[int(which)] = out.data(which);
   bool nulled_nonempty = false;

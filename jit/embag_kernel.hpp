@@ -86,13 +86,16 @@ struct EmbagKernelArgs {
   int64_t padding_idx;             ///< non-negative; read only when key.padding
   int64_t bag_begin, bag_end;      ///< bags [bag_begin, bag_end) to compute
   void* output;                    ///< [B, D] of key.out elements, rows output_row_stride apart
-  int64_t output_row_stride;       ///< elements between output rows (D when dense)
   const int32_t* mapping;          ///< key.pruned: row of each index (every value in [-1, rows))
   // The index outputs: written only when key.index_outputs (else null: the generic kernel
   // tells the two apart by bag_size, never null when a call with index outputs has a bag).
   void* offset2bag;                ///< [N] of key.index_out(); written when mode != sum or padding
   void* bag_size;                  ///< [B]; written (counts) in mean and max mode
   void* max_indices;               ///< mean: [B] counts; max: [B, D] winning row ids
+  /// Elements between output rows; 0 or D: dense. Generated kernels have it in their key
+  /// (EmbagKey::out_stride) and never read it; the generic kernel does. Last, so that adding it
+  /// moved no field the generated code addresses.
+  int64_t output_row_stride;
 };
 static_assert(std::is_standard_layout_v<EmbagKernelArgs>);
 

@@ -116,7 +116,7 @@ std::vector<EmbagBlock> split_embag_blocks(int64_t num_vecs, int64_t vecs_per_bl
 }
 
 bool embag_pairs_bags(const EmbagKey& key, int64_t num_vecs, int64_t free_vecs) {
-  if (key.mode == Mode::kMax || key.padding || key.pruned || key.prefetch != 0) return false;
+  if (key.mode == Mode::kMax || key.padding || key.pruned || key.prefetch != 0 || key.out_stride != 0) return false;
   return num_vecs >= 1 && num_vecs <= kMaxPairedBagVecs && 2 * num_vecs <= free_vecs;
 }
 

@@ -56,7 +56,9 @@ std::vector<EmbagBlock> split_embag_blocks(int64_t num_vecs, int64_t vecs_per_bl
 inline constexpr int64_t kMaxPairedBagVecs = 4;
 
 /// Two bags in flight (EmbagSkeleton's pair loop): sum (weighted or not) and mean without
-/// padding_idx or pruning, any table dtype, without software prefetch, when the row is one
+/// padding_idx or pruning, any table dtype, without software prefetch, with dense output rows
+/// (a strided second bag's stores need displacements AArch64's store forms cannot encode),
+/// when the row is one
 /// column block of at most kMaxPairedBagVecs vectors whose accumulators for two bags fit
 /// `free_vecs` registers. Each bag keeps its own accumulators and row order, so the results are
 /// bitwise those of one bag at a time; the rule follows from the key and the back end's

@@ -105,14 +105,15 @@ at::Tensor embedding_bag_output(const at::Tensor& weight, const at::Tensor& indi
   return run_bag_output(c.ex, "embedding_bag_output");
 }
 
-// Many tables' outputs in one engine call (a model's embedding bags): list k holds table k's
-// arguments, as embedding_bag_output takes them.
-std::vector<at::Tensor> embedding_bags_output(at::TensorList weights, at::TensorList indices,
-                                              const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
-                                              const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
-                                              const c10::List<bool>& include_last_offset,
-                                              const c10::List<c10::optional<int64_t>>& padding_idx) {
-  constexpr const char* kOp = "shapejit.embedding_bags_output";
+// The calls of a group op (list k holds table k's arguments, as embedding_bag_output takes them),
+// handed to `run` with the tensors the arguments point into kept alive.
+template <class Run>
+auto run_table_group(const char* op, at::TensorList weights, at::TensorList indices,
+                     const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                     const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                     const c10::List<bool>& include_last_offset, const c10::List<c10::optional<int64_t>>& padding_idx,
+                     Run run) {
+  const std::string kOp = std::string("shapejit.") + op;
   const size_t n = weights.size();
   const auto same_length = [&](size_t len, const char* name) {
     TORCH_CHECK(len == n, kOp, ": ", name, " has ", len, " entries but weights has ", n, " (one per table)");
@@ -127,11 +128,31 @@ std::vector<at::Tensor> embedding_bags_output(at::TensorList weights, at::Tensor
   std::vector<shapejit_embedding_bag_ex_args> args;
   calls.reserve(n);
   for (size_t k = 0; k < n; ++k) {
-    calls.push_back(float_table_call(kOp, weights[k], indices[k], offsets.get(k), modes[k], per_sample_weights.get(k),
+    calls.push_back(float_table_call(kOp.c_str(), weights[k], indices[k], offsets.get(k), modes[k], per_sample_weights.get(k),
                                      include_last_offset.get(k), padding_idx.get(k)));
     args.push_back(calls.back().ex);
   }
-  return run_bags_output(args, "embedding_bags_output");
+  return run(args, op);
+}
+
+// Many tables' outputs in one engine call (a model's embedding bags).
+std::vector<at::Tensor> embedding_bags_output(at::TensorList weights, at::TensorList indices,
+                                              const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                                              const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                                              const c10::List<bool>& include_last_offset,
+                                              const c10::List<c10::optional<int64_t>>& padding_idx) {
+  return run_table_group("embedding_bags_output", weights, indices, offsets, modes, per_sample_weights,
+                         include_last_offset, padding_idx, run_bags_output);
+}
+
+// The same outputs side by side in one [B, sum of D] tensor, each table writing its columns.
+at::Tensor embedding_bags_concat_output(at::TensorList weights, at::TensorList indices,
+                                        const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                                        const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                                        const c10::List<bool>& include_last_offset,
+                                        const c10::List<c10::optional<int64_t>>& padding_idx) {
+  return run_table_group("embedding_bags_concat_output", weights, indices, offsets, modes, per_sample_weights,
+                         include_last_offset, padding_idx, run_bags_concat_output);
 }
 
 }  // namespace
@@ -151,6 +172,10 @@ TORCH_LIBRARY(shapejit, m) {
   m.def(
       "embedding_bags_output(Tensor[] weights, Tensor[] indices, Tensor?[] offsets, int[] modes, "
       "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx) -> Tensor[]");
+  // The same, concatenated along dim 1: one [B, sum of D] tensor (every table with B bags).
+  m.def(
+      "embedding_bags_concat_output(Tensor[] weights, Tensor[] indices, Tensor?[] offsets, int[] modes, "
+      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx) -> Tensor");
   shapejit::torch_ext::register_linear_group(m);
   shapejit::torch_ext::register_quantized(m);
   shapejit::torch_ext::register_engine_ops(m);
@@ -160,4 +185,5 @@ TORCH_LIBRARY_IMPL(shapejit, CPU, m) {
   m.impl("embedding_bag", &shapejit::torch_ext::embedding_bag);
   m.impl("embedding_bag_output", &shapejit::torch_ext::embedding_bag_output);
   m.impl("embedding_bags_output", &shapejit::torch_ext::embedding_bags_output);
+  m.impl("embedding_bags_concat_output", &shapejit::torch_ext::embedding_bags_concat_output);
 }

@@ -1,6 +1,7 @@
 // Indices, offsets and per-sample weights of an embedding-bag op, read once for every table dtype.
 #include "python/torch_bag_inputs.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -151,16 +152,31 @@ at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char
   return output;
 }
 
+namespace {
+
+// The group's plans, each call computing its output alone, with rows `row_stride` elements
+// apart (0: dense).
+std::vector<rt::EmbagCallPlan> plan_output_group(std::span<const shapejit_embedding_bag_ex_args> calls,
+                                                 int64_t row_stride) {
+  std::vector<rt::EmbagCallPlan> plans(calls.size());
+  for (size_t k = 0; k < calls.size(); ++k) {
+    shapejit_embedding_bag_ex_args output_only = calls[k];
+    output_only.skip_index_outputs = 1;
+    output_only.output_row_stride = row_stride;
+    plans[k] = rt::plan_group_call(rt::complete_ex_args(output_only), k);
+  }
+  return plans;
+}
+
+}  // namespace
+
 std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
   follow_torch_threads();
-  std::vector<rt::EmbagCallPlan> plans(calls.size());
   std::vector<rt::EmbagOutputs> outs(calls.size());
   std::vector<at::Tensor> results;
   try {
+    const std::vector<rt::EmbagCallPlan> plans = plan_output_group(calls, 0);
     for (size_t k = 0; k < calls.size(); ++k) {
-      shapejit_embedding_bag_ex_args output_only = calls[k];
-      output_only.skip_index_outputs = 1;
-      plans[k] = rt::plan_group_call(rt::complete_ex_args(output_only), k);
       const shapejit_embedding_bag_shapes& s = plans[k].shapes;
       results.push_back(empty_cpu({s.output_rows, s.output_cols}, output_type(plans[k])));
       outs[k].output = results.back().data_ptr();
@@ -170,6 +186,40 @@ std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_e
     raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
   }
   return results;
+}
+
+at::Tensor run_bags_concat_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
+  follow_torch_threads();
+  TORCH_CHECK(!calls.empty(), "shapejit.", what, ": there must be at least one table to concatenate");
+  // The columns of all calls (a negative dim is left to validation, which names it).
+  int64_t columns = 0;
+  for (const shapejit_embedding_bag_ex_args& c : calls)
+    TORCH_CHECK(!__builtin_add_overflow(columns, std::max<int64_t>(c.call.dim, 0), &columns), "shapejit.", what,
+                ": the tables' embedding dims add up to more than 2^63 - 1 columns");
+  at::Tensor result;
+  try {
+    const std::vector<rt::EmbagCallPlan> plans = plan_output_group(calls, columns);
+    const shapejit_embedding_bag_shapes& first = plans.front().shapes;
+    for (size_t k = 1; k < plans.size(); ++k) {
+      TORCH_CHECK(plans[k].shapes.output_rows == first.output_rows, "shapejit.", what, ": table ", k, " has ",
+                  plans[k].shapes.output_rows, " bags but table 0 has ", first.output_rows,
+                  " (the outputs are concatenated along dim 1, so every table needs the same number of bags)");
+      TORCH_CHECK(plans[k].out == plans.front().out, "shapejit.", what, ": table ", k, "'s output dtype differs from ",
+                  "table 0's (the outputs are concatenated into one tensor)");
+    }
+    result = empty_cpu({first.output_rows, columns}, output_type(plans.front()));
+    std::vector<rt::EmbagOutputs> outs(calls.size());
+    auto* base = static_cast<char*>(result.data_ptr());
+    int64_t column = 0;
+    for (size_t k = 0; k < calls.size(); ++k) {
+      outs[k].output = base + column * int64_t(result.element_size());
+      column += plans[k].dim;
+    }
+    rt::run_embedding_bags(plans, outs);
+  } catch (const Error& e) {
+    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+  }
+  return result;
 }
 
 }  // namespace shapejit::torch_ext

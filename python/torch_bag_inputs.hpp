@@ -49,6 +49,12 @@ at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char
 /// region) and returns each call's output alone; an engine error names the call (calls[k]).
 std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what);
 
+/// As run_bags_output, but the outputs side by side in one [B, sum of D] tensor (torch.cat(...,
+/// dim=1) of run_bags_output's, without the copy): call k writes its column slice through
+/// output_row_stride. Every call needs the same number of bags and output dtype, and there must
+/// be at least one.
+at::Tensor run_bags_concat_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what);
+
 /// Empty results of the shapes shapejit reports; output has dtype `value_type`, max_indices is
 /// [B, D] in max mode and 1-D otherwise (ATen's shapes).
 BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode);

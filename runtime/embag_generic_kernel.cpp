@@ -212,6 +212,7 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
   Out* max_indices = static_cast<Out*>(args.max_indices);
   // Without index outputs (key.index_outputs false) the runtime passes them as null.
   const bool index_outputs = bag_size != nullptr;
+  const int64_t out_stride = args.output_row_stride != 0 ? args.output_row_stride : p.dim;  // 0: dense rows
   float acc[kBlock];
   Out unused_ids[kMode == Mode::kMax ? kBlock : 1];  // max's winners when nobody wants them
   for (int64_t b = args.bag_begin; b < args.bag_end; ++b) {
@@ -226,7 +227,7 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
         sum_block<kTable>(p, begin, end, c0, n, acc);
         if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count);
       }
-      store_block(args.output, flags.out, b * args.output_row_stride + c0, acc, n);
+      store_block(args.output, flags.out, b * out_stride + c0, acc, n);
     }
     if (!index_outputs) continue;
     if constexpr (kMode == Mode::kMean) max_indices[b] = static_cast<Out>(count);

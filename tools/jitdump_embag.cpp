@@ -39,6 +39,7 @@ struct EmbagFlags {
   int prefetch = 16;
   bool prefetch_head = false;
   bool no_index_outputs = false;
+  int64_t out_stride = 0;
   DumpOptions dump;
   std::vector<const CLI::Option*> key_flags;  // the flags --key replaces, to reject mixing them
 };
@@ -110,6 +111,7 @@ EmbagKey make_key(const EmbagFlags& f) {
   key.prefetch = f.prefetch;
   key.prefetch_head = f.prefetch_head;
   key.index_outputs = !f.no_index_outputs;
+  key.out_stride = f.out_stride == f.dim ? 0 : f.out_stride;  // a stride of D is dense rows
   require_generated(key, "embedding-bag: " + key.name());
   return key;
 }
@@ -170,11 +172,14 @@ Command add_embedding_bag_command(CLI::App& parent) {
                                   "Software prefetch distance in indices; 0 turns prefetching off (default 16)")
                       ->check(int_in(0, 1 << 20)));
   shape.push_back(app->add_flag("--prefetch-head", flags->prefetch_head,
-                                "Prefetch only the head of each row (f32 rows; the engine's choice on AVX2 but for max, "
+                                "Prefetch only the head of each row (f32 rows; the engine's choice on AVX2 but for max with index outputs, "
                                 "and on AVX-512 for a table within half of L3)"));
   shape.push_back(app->add_flag("--no-index-outputs", flags->no_index_outputs,
                                 "Compute the output only (skip_index_outputs): no offset2bag, bag_size or max_indices, "
                                 "and max keeps no row ids"));
+  shape.push_back(app->add_option("--out-stride", flags->out_stride,
+                                  "Elements between output rows (output_row_stride), more than --dim; default: dense rows")
+                      ->check(CLI::Range(int64_t{0}, jit::kMaxGeneratedEmbagDim)));
   flags->key_flags.assign(shape.begin(), shape.end());
 
   add_dump_options(*app, flags->dump);

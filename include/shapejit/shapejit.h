@@ -68,7 +68,7 @@ typedef struct {
   const void* weight; shapejit_dtype weight_dtype; int64_t num_rows; int64_t dim; int64_t row_stride;
   const void* indices; shapejit_dtype index_dtype; int64_t num_indices;
   const void* offsets; shapejit_dtype offset_dtype; int64_t num_offsets;
-  const void* per_sample_weights;            /* NULL, or num_indices values of weight_dtype */
+  const void* per_sample_weights;            /* NULL, or num_indices weights (F32 for quantized tables) */
   shapejit_mode mode;
   int32_t has_padding_idx; int64_t padding_idx;
   int32_t include_last_offset;
@@ -77,7 +77,7 @@ typedef struct {
 
 /* Output shapes of a call, so callers can allocate them. */
 typedef struct {
-  int64_t output_rows, output_cols;          /* output is output_rows x output_cols, weight dtype */
+  int64_t output_rows, output_cols;          /* output_rows x output_cols of the output dtype */
   shapejit_dtype index_out_dtype;            /* dtype of offset2bag, bag_size, max_indices */
   int64_t offset2bag_len, bag_size_len, max_indices_rows, max_indices_cols;
 } shapejit_embedding_bag_shapes;
@@ -125,7 +125,8 @@ typedef struct {
 } shapejit_embedding_bag_ex_args;
 
 /* The defaults that make an ex call equal to shapejit_embedding_bag(call): struct_size set,
- * output and weight dtypes from the table's, nothing pruned, offsets as spans. */
+ * output and weight dtypes from the table's (F32 for quantized tables), nothing pruned, offsets
+ * as spans, index outputs computed, dense output rows. */
 SHAPEJIT_API void shapejit_embedding_bag_ex_init(shapejit_embedding_bag_ex_args* args,
                                                  const shapejit_embedding_bag_args* call);
 SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex_output_shapes(const shapejit_embedding_bag_ex_args*,
@@ -153,7 +154,8 @@ SHAPEJIT_API shapejit_status shapejit_embedding_bags(const shapejit_embedding_ba
 
 /* ---- Rowwise quantization: torch's embedding_bag_{byte,4bit,2bit}_prepack and _unpack ------
  * Byte-identical to torch 1.13 (docs/quantized-tables-semantics.md). qtype is Q8, Q4 or Q2. */
-/* Bytes of one packed row of `dim` values, or -1 when qtype is not quantized or dim < 0. */
+/* Bytes of one packed row of `dim` values, or -1 when qtype is not quantized, dim < 0 or the size
+ * overflows int64. */
 SHAPEJIT_API int64_t shapejit_rowwise_row_bytes(shapejit_dtype qtype, int64_t dim);
 typedef struct {
   shapejit_dtype qtype;       /* Q8, Q4 or Q2 */

@@ -76,7 +76,7 @@ struct SHAPEJIT_API EmbeddingBagCall {
   IndexView indices;
   IndexView offsets;
   Mode mode = Mode::kSum;
-  const void* per_sample_weights = nullptr;  ///< nullptr or indices.size values of weight's dtype
+  const void* per_sample_weights = nullptr;  ///< nullptr or indices.size weights (f32 for quantized tables)
   std::optional<int64_t> padding_idx;
   bool include_last_offset = false;
   bool aten_partial_final_offset = false;  ///< opt-in ATen 1.13 quirk, see the semantics document

@@ -3,7 +3,7 @@ and bf16 tables); shapejit.EmbeddingBagGroup: many of them in one engine call (a
 shapejit.QuantizedEmbeddingBag: the same over rowwise-quantized packed rows, the counterpart of
 torch.ao.nn.quantized.EmbeddingBag."""
 import warnings
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -18,6 +18,9 @@ _MODES = {"sum": 0, "mean": 1, "max": 2}
 _EMBEDDING_BAG_OUTPUT = getattr(torch.ops.shapejit.embedding_bag_output, "_op", torch.ops.shapejit.embedding_bag_output)
 # embedding_bags_output: embedding_bag_output's arguments as lists, one entry per table, one engine call.
 _EMBEDDING_BAGS_OUTPUT = getattr(torch.ops.shapejit.embedding_bags_output, "_op", torch.ops.shapejit.embedding_bags_output)
+# embedding_bags_concat_output: the same outputs side by side in one [B, sum of D] tensor.
+_EMBEDDING_BAGS_CONCAT_OUTPUT = getattr(torch.ops.shapejit.embedding_bags_concat_output, "_op",
+                                        torch.ops.shapejit.embedding_bags_concat_output)
 _scripting = torch.jit.is_scripting
 
 
@@ -162,6 +165,27 @@ class EmbeddingBagGroup(torch.nn.Module):
 
     def forward(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]] = None,
                 per_sample_weights: Optional[List[Optional[Tensor]]] = None) -> List[Tensor]:
+        weights, offs, modes, psw, last, padding = self._arguments(inputs, offsets, per_sample_weights)
+        if len(weights) == 0:  # no tensor argument to dispatch on
+            return []
+        return _EMBEDDING_BAGS_OUTPUT(weights, inputs, offs, modes, psw, last, padding)
+
+    @torch.jit.export
+    def concat(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]] = None,
+               per_sample_weights: Optional[List[Optional[Tensor]]] = None) -> Tensor:
+        """The bags' outputs side by side, [B, sum of the bags' dims]: torch.cat(self(...), dim=1)
+        without the copy (each bag writes its columns). Every bag needs the same number of bags B
+        and the same output dtype."""
+        weights, offs, modes, psw, last, padding = self._arguments(inputs, offsets, per_sample_weights)
+        if len(weights) == 0:
+            raise ValueError("shapejit.EmbeddingBagGroup.concat: the group has no bags to concatenate")
+        return _EMBEDDING_BAGS_CONCAT_OUTPUT(weights, inputs, offs, modes, psw, last, padding)
+
+    def _arguments(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]],
+                   per_sample_weights: Optional[List[Optional[Tensor]]]
+                   ) -> Tuple[List[Tensor], List[Optional[Tensor]], List[int], List[Optional[Tensor]], List[bool],
+                              List[Optional[int]]]:
+        """The group op's lists, each bag's arguments checked and its settings read."""
         n = len(self.bags)
         if len(inputs) != n:
             raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} inputs".format(n, len(inputs)))
@@ -199,7 +223,7 @@ class EmbeddingBagGroup(torch.nn.Module):
             last.append(bag.include_last_offset)
             padding.append(bag.padding_idx)
             k += 1
-        return _EMBEDDING_BAGS_OUTPUT(weights, inputs, offs, modes, psw, last, padding)
+        return weights, offs, modes, psw, last, padding
 
 
 _QUANTIZED_BITS = {torch.quint8: 8, torch.quint4x2: 4}

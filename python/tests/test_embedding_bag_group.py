@@ -113,3 +113,65 @@ def test_scripted_group_equals_eager(sj, seed):
         scripted = torch.jit.script(group)(inputs, offsets)
     for k in range(2):
         assert_same_tensor(scripted[k], eager[k], "scripted bag {}".format(k))
+
+
+def same_bag_count_inputs(g, gen, bag, bags):
+    """A call of `bag` with `bags` bags (1-D with offsets, or 2-D), for concatenation."""
+    rows = bag.num_embeddings
+    weighted = bag.mode == "sum" and g.random() < 0.4
+    if not bag.include_last_offset and g.random() < 0.3:
+        inp = torch.randint(0, rows, (bags, g.randrange(1, 9)), generator=gen)
+        return inp, None, torch.randn(inp.shape, generator=gen).to(bag.weight.dtype) if weighted else None
+    n = g.randrange(0, 900)
+    inp = torch.randint(0, rows, (n,), generator=gen)
+    cuts = sorted(g.randrange(0, n + 1) for _ in range(bags - 1))
+    offsets = torch.tensor([0] + cuts + ([n] if bag.include_last_offset else []))
+    return inp, offsets, torch.randn(n, generator=gen).to(bag.weight.dtype) if weighted else None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_concat_is_torch_cat_of_the_outputs(sj, seed, threads):
+    g = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for trial in range(20):
+            dtype = g.choice([torch.float32, torch.float16, torch.bfloat16])
+            bags = [b.to(dtype) for b in random_bags(g, gen, g.randrange(1, 7))]
+            count = g.randrange(1, 60)
+            calls = [same_bag_count_inputs(g, gen, bag, count) for bag in bags]
+            group = sj.EmbeddingBagGroup(bags)
+            args = ([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls])
+            got = group.concat(*args)
+            want = torch.cat(group(*args), dim=1)
+            assert got.shape == (count, sum(b.embedding_dim for b in bags)) and got.is_contiguous()
+            assert_same_tensor(got, want, replay("trial {} ({} bags of {})".format(trial, len(bags), dtype)))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_concat_needs_one_bag_count_and_dtype(sj):
+    bags = [torch.nn.EmbeddingBag(10, 4), torch.nn.EmbeddingBag(20, 3, mode="max")]
+    group = sj.EmbeddingBagGroup(bags)
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match="table 1 has 3 bags but table 0 has 2"):
+            group.concat([torch.tensor([1, 2]), torch.tensor([3, 4])], [torch.tensor([0, 1]), torch.tensor([0, 1, 1])])
+        with pytest.raises(RuntimeError, match="table 1's output dtype differs"):
+            sj.EmbeddingBagGroup([bags[0], bags[1].to(torch.float16)]).concat(
+                [torch.tensor([[1, 2]]), torch.tensor([[3, 4]])])
+        with pytest.raises(ValueError, match="no bags to concatenate"):
+            sj.EmbeddingBagGroup([]).concat([])
+        assert sj.EmbeddingBagGroup([])([]) == []
+        with pytest.raises(RuntimeError, match=r"calls\[1\]: indices\[0\] = 20 is out of range"):
+            group.concat([torch.tensor([[1, 2]]), torch.tensor([[20, 4]])])
+
+
+def test_scripted_concat_equals_eager(sj, seed):
+    gen = torch.Generator().manual_seed(seed)
+    bags = [torch.nn.EmbeddingBag(40, 8, mode="mean"), torch.nn.EmbeddingBag(30, 5, mode="max", padding_idx=2)]
+    group = sj.EmbeddingBagGroup(bags)
+    inputs = [torch.randint(0, 40, (12,), generator=gen), torch.randint(0, 30, (2, 4), generator=gen)]
+    offsets = [torch.tensor([0, 5]), None]
+    with torch.no_grad():
+        assert_same_tensor(torch.jit.script(group).concat(inputs, offsets), group.concat(inputs, offsets), "scripted")
