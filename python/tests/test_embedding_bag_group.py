@@ -25,16 +25,17 @@ def random_bags(g, gen, count):
     return bags
 
 
-def random_inputs(g, gen, bag):
-    """input, offsets and per_sample_weights of one call of `bag` (1-D or 2-D form)."""
+def random_inputs(g, gen, bag, bags=None):
+    """input, offsets and per_sample_weights of one call of `bag` (1-D or 2-D form), of `bags`
+    bags when given (for concatenation), else of a random number."""
     rows = bag.num_embeddings
     weighted = bag.mode == "sum" and g.random() < 0.4
     if not bag.include_last_offset and g.random() < 0.3:
-        inp = torch.randint(0, rows, (g.randrange(1, 40), g.randrange(1, 9)), generator=gen)
+        inp = torch.randint(0, rows, (bags or g.randrange(1, 40), g.randrange(1, 9)), generator=gen)
         return inp, None, torch.randn(inp.shape, generator=gen).to(bag.weight.dtype) if weighted else None
     n = g.randrange(0, 2000 if g.random() < 0.3 else 80)  # some calls large enough to split
     inp = torch.randint(0, rows, (n,), generator=gen)
-    cuts = sorted(g.randrange(0, n + 1) for _ in range(g.randrange(0, 40)))
+    cuts = sorted(g.randrange(0, n + 1) for _ in range(bags - 1 if bags else g.randrange(0, 40)))
     offsets = torch.tensor([0] + cuts + ([n] if bag.include_last_offset else []))
     return inp, offsets, torch.randn(n, generator=gen).to(bag.weight.dtype) if weighted else None
 
@@ -115,20 +116,6 @@ def test_scripted_group_equals_eager(sj, seed):
         assert_same_tensor(scripted[k], eager[k], "scripted bag {}".format(k))
 
 
-def same_bag_count_inputs(g, gen, bag, bags):
-    """A call of `bag` with `bags` bags (1-D with offsets, or 2-D), for concatenation."""
-    rows = bag.num_embeddings
-    weighted = bag.mode == "sum" and g.random() < 0.4
-    if not bag.include_last_offset and g.random() < 0.3:
-        inp = torch.randint(0, rows, (bags, g.randrange(1, 9)), generator=gen)
-        return inp, None, torch.randn(inp.shape, generator=gen).to(bag.weight.dtype) if weighted else None
-    n = g.randrange(0, 900)
-    inp = torch.randint(0, rows, (n,), generator=gen)
-    cuts = sorted(g.randrange(0, n + 1) for _ in range(bags - 1))
-    offsets = torch.tensor([0] + cuts + ([n] if bag.include_last_offset else []))
-    return inp, offsets, torch.randn(n, generator=gen).to(bag.weight.dtype) if weighted else None
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 def test_concat_is_torch_cat_of_the_outputs(sj, seed, threads):
     g = random.Random(seed)
@@ -140,7 +127,7 @@ def test_concat_is_torch_cat_of_the_outputs(sj, seed, threads):
             dtype = g.choice([torch.float32, torch.float16, torch.bfloat16])
             bags = [b.to(dtype) for b in random_bags(g, gen, g.randrange(1, 7))]
             count = g.randrange(1, 60)
-            calls = [same_bag_count_inputs(g, gen, bag, count) for bag in bags]
+            calls = [random_inputs(g, gen, bag, count) for bag in bags]
             group = sj.EmbeddingBagGroup(bags)
             args = ([c[0] for c in calls], [c[1] for c in calls], [c[2] for c in calls])
             got = group.concat(*args)
