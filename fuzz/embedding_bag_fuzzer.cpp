@@ -216,8 +216,11 @@ void draw_ex_options(Draw& d, Call& c) {
   }
   c.ex.offsets_as_lengths = d.chance(20) ? 1 : 0;
   c.ex.skip_index_outputs = d.chance(15) ? 1 : 0;
-  if (d.chance(20))  // strided output rows: mostly just past the row, sometimes below it or absurd
-    c.ex.output_row_stride = d.chance(90) ? c.args.dim + d.in_range(0, 70) : d.chance(50) ? c.args.dim - 1 : d.raw64();
+  if (d.chance(20)) {  // strided output rows: mostly just past the row, sometimes below it or absurd
+    const uint64_t dim = uint64_t(c.args.dim);  // any int64: the sums below wrap instead of overflowing
+    c.ex.output_row_stride = d.chance(90) ? int64_t(dim + uint64_t(d.in_range(0, 70))) : d.chance(50) ? int64_t(dim - 1)
+                                                                                                      : d.raw64();
+  }
   if (d.chance(3)) c.ex.struct_size = size_t(d.in_range(0, int64_t(sizeof c.ex) + 16));
 }
 
@@ -376,7 +379,9 @@ bool fits_budget(const shapejit_embedding_bag_shapes& s, int64_t output_row_stri
 void compare_with_reference(const Call& c, GuardedOutputs& api, const shapejit_embedding_bag_shapes& shapes) {
   const shapejit_dtype out_dtype = output_dtype(c);
   GuardedOutputs want(shapes, 0x5A, c.null_when_empty, out_dtype);
-  shapejit::ref::embedding_bag(effective_ex(c), want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+  shapejit_embedding_bag_ex_args dense = effective_ex(c);
+  dense.output_row_stride = 0;  // the reference writes `want`'s dense rows
+  shapejit::ref::embedding_bag(dense, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
                                want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
   const size_t ints = shapes.index_out_dtype == SHAPEJIT_I32 ? 4 : 8;
   if (const std::string gaps = api.check_output_gaps(); !gaps.empty()) fail(gaps);

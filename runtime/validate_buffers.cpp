@@ -76,8 +76,10 @@ std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
 std::array<Buffer, kNumOutputs> output_buffers(const EmbagCallPlan& p, const void* output, const void* offset2bag,
                                                const void* bag_size, const void* max_indices) {
   const shapejit_embedding_bag_shapes& s = p.shapes;
-  // A strided output spans from its first row's start to its last row's end (gaps included).
-  const int64_t output_elements = s.output_rows == 0 ? 0 : (s.output_rows - 1) * p.out_row_stride + s.output_cols;
+  // A strided output spans from its first row's start to its last row's end (gaps included);
+  // without rows or columns it holds nothing.
+  const int64_t output_elements =
+      s.output_rows == 0 || s.output_cols == 0 ? 0 : (s.output_rows - 1) * p.out_row_stride + s.output_cols;
   return {make_buffer(output, output_elements, p.out),
           make_buffer(offset2bag, s.offset2bag_len, p.index_out),
           make_buffer(bag_size, s.bag_size_len, p.index_out),

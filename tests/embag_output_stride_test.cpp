@@ -222,3 +222,15 @@ TEST_CASE("output stride: below dim or negative is refused, naming the field; ou
   CHECK(shapejit_embedding_bag_ex(&e, out.data(), nullptr, nullptr, nullptr) == SHAPEJIT_INVALID_ARGUMENT);
   CHECK(out == std::vector<float>(16, 7.0f));
 }
+
+TEST_CASE("output stride: rows without columns hold nothing, so the output may be NULL") {
+  const float table[1] = {};
+  const int64_t idx[4] = {0, 0, 0, 0}, off[2] = {0, 2};
+  shapejit_embedding_bag_args a = small_call(table, idx, off);
+  a.num_rows = 1, a.dim = 0, a.row_stride = 0;
+  shapejit_embedding_bag_ex_args e{};
+  shapejit_embedding_bag_ex_init(&e, &a);
+  e.skip_index_outputs = 1;
+  e.output_row_stride = 42;
+  CHECK(shapejit_embedding_bag_ex(&e, nullptr, nullptr, nullptr, nullptr) == SHAPEJIT_OK);
+}

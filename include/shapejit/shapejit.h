@@ -118,7 +118,7 @@ typedef struct {
   int32_t skip_index_outputs;
   /* Elements from one output row to the next; 0 means dense (output_cols). Nonzero: at least
    * output_cols, and output then spans (output_rows - 1) * output_row_stride + output_cols
-   * elements, of which only the rows' output_cols are written (the gaps are left as they are).
+   * elements (none when either is 0), of which only the rows' output_cols are written (the gaps are left as they are).
    * Writing calls into column slices of one [B, sum of D] buffer concatenates their outputs
    * (torch.cat(..., dim=1) without the copy); see docs/embedding-bag-semantics.md. */
   int64_t output_row_stride;

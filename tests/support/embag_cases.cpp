@@ -662,7 +662,7 @@ GuardedOutputs::GuardedOutputs(const shapejit_embedding_bag_shapes& s, unsigned 
   row_stride_bytes_ = output_row_stride != 0 ? size_t(output_row_stride) * out_bytes : row_bytes_;
   for (size_t k = 0; k < 4; ++k) {
     payload_bytes_[k] = static_cast<size_t>(elements_[k]) * (k == 0 ? out_bytes : int_bytes);
-    if (k == 0 && rows_ > 0) payload_bytes_[k] = (rows_ - 1) * row_stride_bytes_ + row_bytes_;
+    if (k == 0 && rows_ > 0 && row_bytes_ > 0) payload_bytes_[k] = (rows_ - 1) * row_stride_bytes_ + row_bytes_;
     const size_t rounded = (payload_bytes_[k] + 63) / 64 * 64;
     storage_[k].resize(kGuardBytes + rounded + kGuardBytes);
     for (size_t b = 0; b < kGuardBytes; ++b) storage_[k][b] = guard_byte(b);
@@ -684,12 +684,14 @@ std::span<const std::byte> GuardedOutputs::bytes(EmbagOutput which) const {
 
 std::vector<std::byte> GuardedOutputs::output_rows() const {
   std::vector<std::byte> rows(rows_ * row_bytes_);
+  if (rows.empty()) return rows;  // no row, or rows without columns
   for (size_t r = 0; r < rows_; ++r)
     std::memcpy(rows.data() + r * row_bytes_, payload(0) + r * row_stride_bytes_, row_bytes_);
   return rows;
 }
 
 std::string GuardedOutputs::check_output_gaps() const {
+  if (payload_bytes_[0] == 0) return "";  // no row, or rows without columns: no gap either
   for (size_t r = 0; r + 1 < rows_; ++r)
     for (size_t b = r * row_stride_bytes_ + row_bytes_; b < (r + 1) * row_stride_bytes_; ++b)
       if (payload(0)[b] != std::byte{sentinel_})
