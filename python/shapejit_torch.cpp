@@ -105,14 +105,16 @@ at::Tensor embedding_bag_output(const at::Tensor& weight, const at::Tensor& indi
   return run_bag_output(c.ex, "embedding_bag_output");
 }
 
-// The calls of a group op (list k holds table k's arguments, as embedding_bag_output takes them),
-// handed to `run` with the tensors the arguments point into kept alive.
+// The calls of a group op (list k holds table k's arguments, as embedding_bag_output takes them;
+// with bits[k] 8, 4 or 2, table k is packed rows read by torch's quantized ops' rules, as
+// quantized_embedding_bag_output with offsets_as_lengths), handed to `run` with the tensors the
+// arguments point into kept alive. Empty `bits` and `mappings`: every table float, none pruned.
 template <class Run>
 auto run_table_group(const char* op, at::TensorList weights, at::TensorList indices,
                      const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
                      const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
                      const c10::List<bool>& include_last_offset, const c10::List<c10::optional<int64_t>>& padding_idx,
-                     Run run) {
+                     at::IntArrayRef bits, const c10::List<c10::optional<at::Tensor>>& mappings, Run run) {
   const std::string kOp = std::string("shapejit.") + op;
   const size_t n = weights.size();
   const auto same_length = [&](size_t len, const char* name) {
@@ -124,35 +126,62 @@ auto run_table_group(const char* op, at::TensorList weights, at::TensorList indi
   same_length(per_sample_weights.size(), "per_sample_weights");
   same_length(include_last_offset.size(), "include_last_offset");
   same_length(padding_idx.size(), "padding_idx");
-  std::vector<FloatTableCall> calls;  // keeps the tensors the arguments point into alive
+  if (!bits.empty()) same_length(bits.size(), "bits");
+  if (!mappings.empty()) same_length(mappings.size(), "compressed_indices_mapping");
+  // Keep the tensors the arguments point into alive.
+  std::vector<FloatTableCall> float_calls;
+  std::vector<QuantizedCall> quantized_calls;
+  float_calls.reserve(n);
+  quantized_calls.reserve(n);
   std::vector<shapejit_embedding_bag_ex_args> args;
-  calls.reserve(n);
   for (size_t k = 0; k < n; ++k) {
-    calls.push_back(float_table_call(kOp.c_str(), weights[k], indices[k], offsets.get(k), modes[k], per_sample_weights.get(k),
-                                     include_last_offset.get(k), padding_idx.get(k)));
-    args.push_back(calls.back().ex);
+    const int64_t b = bits.empty() ? 0 : bits[k];
+    const c10::optional<at::Tensor> mapping = mappings.empty() ? c10::nullopt : mappings.get(k);
+    if (b == 0) {
+      TORCH_CHECK(!mapping.has_value(), kOp, ": table ", k, " is a float table, which takes no compressed_indices_mapping");
+      float_calls.push_back(float_table_call(kOp.c_str(), weights[k], indices[k], offsets.get(k), modes[k],
+                                             per_sample_weights.get(k), include_last_offset.get(k), padding_idx.get(k)));
+      args.push_back(float_calls.back().ex);
+    } else {
+      quantized_calls.push_back(quantized_call(kOp.c_str(), weights[k], b, indices[k], offsets.get(k), modes[k],
+                                               per_sample_weights.get(k), padding_idx.get(k), include_last_offset.get(k),
+                                               mapping, /*offsets_as_lengths=*/true, at::kFloat, c10::nullopt));
+      args.push_back(quantized_calls.back().ex);
+    }
   }
   return run(args, op);
 }
 
-// Many tables' outputs in one engine call (a model's embedding bags).
+// Many float tables' outputs in one engine call (a model's embedding bags).
 std::vector<at::Tensor> embedding_bags_output(at::TensorList weights, at::TensorList indices,
                                               const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
                                               const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
                                               const c10::List<bool>& include_last_offset,
                                               const c10::List<c10::optional<int64_t>>& padding_idx) {
   return run_table_group("embedding_bags_output", weights, indices, offsets, modes, per_sample_weights,
-                         include_last_offset, padding_idx, run_bags_output);
+                         include_last_offset, padding_idx, {}, c10::List<c10::optional<at::Tensor>>(), run_bags_output);
+}
+
+// Float and rowwise-quantized tables' outputs in one engine call (bits[k] 0: float).
+std::vector<at::Tensor> table_bags_output(at::TensorList weights, at::IntArrayRef bits, at::TensorList indices,
+                                          const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                                          const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                                          const c10::List<bool>& include_last_offset,
+                                          const c10::List<c10::optional<int64_t>>& padding_idx,
+                                          const c10::List<c10::optional<at::Tensor>>& compressed_indices_mapping) {
+  return run_table_group("table_bags_output", weights, indices, offsets, modes, per_sample_weights,
+                         include_last_offset, padding_idx, bits, compressed_indices_mapping, run_bags_output);
 }
 
 // The same outputs side by side in one [B, sum of D] tensor, each table writing its columns.
-at::Tensor embedding_bags_concat_output(at::TensorList weights, at::TensorList indices,
-                                        const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
-                                        const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
-                                        const c10::List<bool>& include_last_offset,
-                                        const c10::List<c10::optional<int64_t>>& padding_idx) {
-  return run_table_group("embedding_bags_concat_output", weights, indices, offsets, modes, per_sample_weights,
-                         include_last_offset, padding_idx, run_bags_concat_output);
+at::Tensor table_bags_concat_output(at::TensorList weights, at::IntArrayRef bits, at::TensorList indices,
+                                    const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                                    const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                                    const c10::List<bool>& include_last_offset,
+                                    const c10::List<c10::optional<int64_t>>& padding_idx,
+                                    const c10::List<c10::optional<at::Tensor>>& compressed_indices_mapping) {
+  return run_table_group("table_bags_concat_output", weights, indices, offsets, modes, per_sample_weights,
+                         include_last_offset, padding_idx, bits, compressed_indices_mapping, run_bags_concat_output);
 }
 
 }  // namespace
@@ -168,14 +197,22 @@ TORCH_LIBRARY(shapejit, m) {
   m.def(
       "embedding_bag_output(Tensor weight, Tensor indices, Tensor? offsets=None, int mode=0, "
       "Tensor? per_sample_weights=None, bool include_last_offset=False, int? padding_idx=None) -> Tensor");
-  // Many tables in one call: embedding_bag_output's arguments, one list entry per table.
+  // Many float tables in one call: embedding_bag_output's arguments, one list entry per table.
   m.def(
       "embedding_bags_output(Tensor[] weights, Tensor[] indices, Tensor?[] offsets, int[] modes, "
       "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx) -> Tensor[]");
+  // Float and rowwise-quantized tables in one call: bits[k] 0 makes table k a float table as
+  // above; 8, 4 or 2 packed rows read by quantized_embedding_bag_output's rules (offsets as
+  // lengths, a float32 output, compressed_indices_mapping for a pruned table).
+  m.def(
+      "table_bags_output(Tensor[] weights, int[] bits, Tensor[] indices, Tensor?[] offsets, int[] modes, "
+      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx, "
+      "Tensor?[] compressed_indices_mapping) -> Tensor[]");
   // The same, concatenated along dim 1: one [B, sum of D] tensor (every table with B bags).
   m.def(
-      "embedding_bags_concat_output(Tensor[] weights, Tensor[] indices, Tensor?[] offsets, int[] modes, "
-      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx) -> Tensor");
+      "table_bags_concat_output(Tensor[] weights, int[] bits, Tensor[] indices, Tensor?[] offsets, int[] modes, "
+      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx, "
+      "Tensor?[] compressed_indices_mapping) -> Tensor");
   shapejit::torch_ext::register_linear_group(m);
   shapejit::torch_ext::register_quantized(m);
   shapejit::torch_ext::register_engine_ops(m);
@@ -185,5 +222,6 @@ TORCH_LIBRARY_IMPL(shapejit, CPU, m) {
   m.impl("embedding_bag", &shapejit::torch_ext::embedding_bag);
   m.impl("embedding_bag_output", &shapejit::torch_ext::embedding_bag_output);
   m.impl("embedding_bags_output", &shapejit::torch_ext::embedding_bags_output);
-  m.impl("embedding_bags_concat_output", &shapejit::torch_ext::embedding_bags_concat_output);
+  m.impl("table_bags_output", &shapejit::torch_ext::table_bags_output);
+  m.impl("table_bags_concat_output", &shapejit::torch_ext::table_bags_concat_output);
 }

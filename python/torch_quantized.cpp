@@ -66,55 +66,6 @@ at::Tensor packed_table_of(const at::Tensor& weight, const char* op) {
 // max, output f32 (or f16 / bf16, rounded once), per_sample_weights f32 (f16 too for 4/2-bit),
 // pruned tables through the mapping, and ATen's lengths-style offsets on request. Holds the
 // tensors the call's pointers read.
-struct QuantizedCall {
-  at::Tensor table, mapping;
-  BagInputs in;
-  shapejit_embedding_bag_ex_args ex;
-};
-
-QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t bits, const at::Tensor& indices,
-                             const c10::optional<at::Tensor>& offsets, int64_t mode,
-                             const c10::optional<at::Tensor>& per_sample_weights, c10::optional<int64_t> padding_idx,
-                             bool include_last_offset, const c10::optional<at::Tensor>& compressed_indices_mapping,
-                             bool offsets_as_lengths, c10::optional<at::ScalarType> output_dtype,
-                             c10::optional<int64_t> dim) {
-  const shapejit_dtype qtype = rowwise_dtype(bits, op);
-  QuantizedCall c{packed_table_of(weight, op), {}, bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset),
-                  {}};
-  const int64_t width = c.table.size(1);
-  const int64_t d = dim.has_value() ? *dim : dim_of_width(qtype, width, op);
-  if (dim.has_value()) {
-    const int64_t row_bytes = shapejit_rowwise_row_bytes(qtype, d);
-    TORCH_CHECK(row_bytes >= 0 && row_bytes <= width, op, ": a packed row of dim ", d, " takes ", row_bytes,
-                " bytes, but the weight's rows are ", width, " bytes wide");
-  }
-  if (compressed_indices_mapping.has_value()) {
-    check_cpu(*compressed_indices_mapping, "compressed_indices_mapping");
-    TORCH_CHECK(compressed_indices_mapping->scalar_type() == at::kInt, op,
-                ": compressed_indices_mapping must be int32, but got ", compressed_indices_mapping->scalar_type());
-    TORCH_CHECK(compressed_indices_mapping->dim() == 1, op, ": compressed_indices_mapping must be 1-D, but got a ",
-                compressed_indices_mapping->dim(), "-D tensor");
-    c.mapping = compressed_indices_mapping->contiguous();
-  }
-  const at::ScalarType out_type = output_dtype.value_or(at::kFloat);
-
-  shapejit_embedding_bag_args call{};
-  call.weight = c.table.data_ptr();
-  call.weight_dtype = qtype;
-  call.num_rows = c.table.size(0);
-  call.dim = d;
-  call.row_stride = c.table.size(0) <= 1 ? width : c.table.stride(0);
-  fill_bag_args(call, c.in, mode, padding_idx, include_last_offset);
-
-  shapejit_embedding_bag_ex_init(&c.ex, &call);
-  c.ex.output_dtype = to_shapejit_dtype(out_type, "output_dtype");
-  c.ex.per_sample_weights_dtype = c.in.psw.defined() ? to_shapejit_dtype(c.in.psw, "per_sample_weights") : SHAPEJIT_F32;
-  c.ex.compressed_indices_mapping = c.mapping.defined() ? c.mapping.data_ptr<int32_t>() : nullptr;
-  c.ex.mapping_len = c.mapping.defined() ? c.mapping.numel() : 0;
-  c.ex.offsets_as_lengths = offsets_as_lengths;
-  return c;
-}
-
 // torch.ops.shapejit.quantized_embedding_bag (all four results) and, kOutputOnly,
 // quantized_embedding_bag_output (the output alone, what torch's quantized rowwise ops return,
 // computed without the index results).
@@ -184,6 +135,49 @@ at::Tensor rowwise_unpack(const at::Tensor& packed, int64_t bits) {
 }
 
 }  // namespace
+
+QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t bits, const at::Tensor& indices,
+                             const c10::optional<at::Tensor>& offsets, int64_t mode,
+                             const c10::optional<at::Tensor>& per_sample_weights, c10::optional<int64_t> padding_idx,
+                             bool include_last_offset, const c10::optional<at::Tensor>& compressed_indices_mapping,
+                             bool offsets_as_lengths, c10::optional<at::ScalarType> output_dtype,
+                             c10::optional<int64_t> dim) {
+  const shapejit_dtype qtype = rowwise_dtype(bits, op);
+  QuantizedCall c{packed_table_of(weight, op), {}, bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset),
+                  {}};
+  const int64_t width = c.table.size(1);
+  const int64_t d = dim.has_value() ? *dim : dim_of_width(qtype, width, op);
+  if (dim.has_value()) {
+    const int64_t row_bytes = shapejit_rowwise_row_bytes(qtype, d);
+    TORCH_CHECK(row_bytes >= 0 && row_bytes <= width, op, ": a packed row of dim ", d, " takes ", row_bytes,
+                " bytes, but the weight's rows are ", width, " bytes wide");
+  }
+  if (compressed_indices_mapping.has_value()) {
+    check_cpu(*compressed_indices_mapping, "compressed_indices_mapping");
+    TORCH_CHECK(compressed_indices_mapping->scalar_type() == at::kInt, op,
+                ": compressed_indices_mapping must be int32, but got ", compressed_indices_mapping->scalar_type());
+    TORCH_CHECK(compressed_indices_mapping->dim() == 1, op, ": compressed_indices_mapping must be 1-D, but got a ",
+                compressed_indices_mapping->dim(), "-D tensor");
+    c.mapping = compressed_indices_mapping->contiguous();
+  }
+  const at::ScalarType out_type = output_dtype.value_or(at::kFloat);
+
+  shapejit_embedding_bag_args call{};
+  call.weight = c.table.data_ptr();
+  call.weight_dtype = qtype;
+  call.num_rows = c.table.size(0);
+  call.dim = d;
+  call.row_stride = c.table.size(0) <= 1 ? width : c.table.stride(0);
+  fill_bag_args(call, c.in, mode, padding_idx, include_last_offset);
+
+  shapejit_embedding_bag_ex_init(&c.ex, &call);
+  c.ex.output_dtype = to_shapejit_dtype(out_type, "output_dtype");
+  c.ex.per_sample_weights_dtype = c.in.psw.defined() ? to_shapejit_dtype(c.in.psw, "per_sample_weights") : SHAPEJIT_F32;
+  c.ex.compressed_indices_mapping = c.mapping.defined() ? c.mapping.data_ptr<int32_t>() : nullptr;
+  c.ex.mapping_len = c.mapping.defined() ? c.mapping.numel() : 0;
+  c.ex.offsets_as_lengths = offsets_as_lengths;
+  return c;
+}
 
 void register_quantized(torch::Library& m) {
   m.def(

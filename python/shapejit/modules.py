@@ -16,11 +16,12 @@ _MODES = {"sum": 0, "mean": 1, "max": 2}
 # embedding_bag_output is torch.ops.shapejit.embedding_bag's output alone: the three index results
 # forward drops are never allocated, and the arguments only the gradient reads are not passed.
 _EMBEDDING_BAG_OUTPUT = getattr(torch.ops.shapejit.embedding_bag_output, "_op", torch.ops.shapejit.embedding_bag_output)
-# embedding_bags_output: embedding_bag_output's arguments as lists, one entry per table, one engine call.
-_EMBEDDING_BAGS_OUTPUT = getattr(torch.ops.shapejit.embedding_bags_output, "_op", torch.ops.shapejit.embedding_bags_output)
-# embedding_bags_concat_output: the same outputs side by side in one [B, sum of D] tensor.
-_EMBEDDING_BAGS_CONCAT_OUTPUT = getattr(torch.ops.shapejit.embedding_bags_concat_output, "_op",
-                                        torch.ops.shapejit.embedding_bags_concat_output)
+# table_bags_output: embedding_bag_output's arguments as lists, one entry per table, one engine
+# call, for float and rowwise-quantized tables (bits 0, 8, 4, 2); and
+# table_bags_concat_output its outputs side by side in one [B, sum of D] tensor.
+_TABLE_BAGS_OUTPUT = getattr(torch.ops.shapejit.table_bags_output, "_op", torch.ops.shapejit.table_bags_output)
+_TABLE_BAGS_CONCAT_OUTPUT = getattr(torch.ops.shapejit.table_bags_concat_output, "_op",
+                                    torch.ops.shapejit.table_bags_concat_output)
 _scripting = torch.jit.is_scripting
 
 
@@ -146,84 +147,137 @@ def _warn_forward_only(who: str) -> None:
 class EmbeddingBagGroup(torch.nn.Module):
     """Many embedding bags in one engine call (a model's tables): forward takes one input (with its
     offsets and per_sample_weights) per bag and returns one output per bag, each bitwise what that
-    bag's shapejit.EmbeddingBag returns, but validated together (no output is computed when any
-    bag's arguments are wrong; the error names the bag, calls[k]) and run in one parallel region,
-    so many small bags share the threads. Built from torch.nn.EmbeddingBag modules (or
-    shapejit.EmbeddingBag ones), whose weights and settings it shares: a bag's settings are read
-    at each call. Forward only."""
+    bag returns alone, but validated together (no output is computed when any bag's arguments are
+    wrong; the error names the bag, calls[k]) and run in one parallel region, so many small bags
+    share the threads; concat returns them side by side. Built from torch.nn.EmbeddingBag modules
+    (or shapejit.EmbeddingBag ones), shapejit.QuantizedEmbeddingBag modules and
+    torch.ao.nn.quantized.EmbeddingBag modules (converted with QuantizedEmbeddingBag.from_torch),
+    in any mix; it shares their weights and reads a bag's settings at each call. A quantized bag
+    takes its input as its own forward does (torch's quantized ops: offsets are bag lengths, and
+    compressed_indices_mappings[k] for a pruned table). Forward only."""
+
+    _float_at: List[int]
+    _quantized_at: List[int]
+    _names: List[str]
 
     def __init__(self, bags: Iterable[torch.nn.Module]):
         super().__init__()
-        self.bags = torch.nn.ModuleList(bags)
-        for k, bag in enumerate(self.bags):
-            if not isinstance(bag, torch.nn.EmbeddingBag):
-                raise TypeError("shapejit.EmbeddingBagGroup: bags[{}] must be a torch.nn.EmbeddingBag, but is a "
-                                "{}".format(k, type(bag).__name__))
+        float_bags: List[torch.nn.Module] = []
+        quantized_bags: List[torch.nn.Module] = []
+        # Where each kind's bags sit in the caller's order (TorchScript iterates each ModuleList).
+        self._float_at = []
+        self._quantized_at = []
+        for k, bag in enumerate(bags):
+            if isinstance(bag, torch.ao.nn.quantized.EmbeddingBag):
+                bag = QuantizedEmbeddingBag.from_torch(bag)
+            if isinstance(bag, QuantizedEmbeddingBag):
+                quantized_bags.append(bag)
+                self._quantized_at.append(k)
+            elif isinstance(bag, torch.nn.EmbeddingBag):
+                float_bags.append(bag)
+                self._float_at.append(k)
+            else:
+                raise TypeError("shapejit.EmbeddingBagGroup: bags[{}] must be a torch.nn.EmbeddingBag or a quantized "
+                                "EmbeddingBag, but is a {}".format(k, type(bag).__name__))
+        self.bags = torch.nn.ModuleList(float_bags)
+        self.quantized_bags = torch.nn.ModuleList(quantized_bags)
+        self._count = len(self._float_at) + len(self._quantized_at)
         # The bags' names in messages, made once: forward runs per bag, and its checks are most of
         # a small group's Python time.
-        self._names: List[str] = ["shapejit.EmbeddingBagGroup: bags[{}]".format(k) for k in range(len(self.bags))]
+        self._names = ["shapejit.EmbeddingBagGroup: bags[{}]".format(k) for k in range(self._count)]
 
     def forward(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]] = None,
-                per_sample_weights: Optional[List[Optional[Tensor]]] = None) -> List[Tensor]:
-        weights, offs, modes, psw, last, padding = self._arguments(inputs, offsets, per_sample_weights)
-        if len(weights) == 0:  # no tensor argument to dispatch on
+                per_sample_weights: Optional[List[Optional[Tensor]]] = None,
+                compressed_indices_mappings: Optional[List[Optional[Tensor]]] = None) -> List[Tensor]:
+        args = self._arguments(inputs, offsets, per_sample_weights, compressed_indices_mappings)
+        if self._count == 0:  # no tensor argument to dispatch on
             return []
-        return _EMBEDDING_BAGS_OUTPUT(weights, inputs, offs, modes, psw, last, padding)
+        return _TABLE_BAGS_OUTPUT(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8])
 
     @torch.jit.export
     def concat(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]] = None,
-               per_sample_weights: Optional[List[Optional[Tensor]]] = None) -> Tensor:
+               per_sample_weights: Optional[List[Optional[Tensor]]] = None,
+               compressed_indices_mappings: Optional[List[Optional[Tensor]]] = None) -> Tensor:
         """The bags' outputs side by side, [B, sum of the bags' dims]: torch.cat(self(...), dim=1)
         without the copy (each bag writes its columns). Every bag needs the same number of bags B
         and the same output dtype."""
-        weights, offs, modes, psw, last, padding = self._arguments(inputs, offsets, per_sample_weights)
-        if len(weights) == 0:
+        args = self._arguments(inputs, offsets, per_sample_weights, compressed_indices_mappings)
+        if self._count == 0:
             raise ValueError("shapejit.EmbeddingBagGroup.concat: the group has no bags to concatenate")
-        return _EMBEDDING_BAGS_CONCAT_OUTPUT(weights, inputs, offs, modes, psw, last, padding)
+        return _TABLE_BAGS_CONCAT_OUTPUT(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7],
+                                         args[8])
 
     def _arguments(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]],
-                   per_sample_weights: Optional[List[Optional[Tensor]]]
-                   ) -> Tuple[List[Tensor], List[Optional[Tensor]], List[int], List[Optional[Tensor]], List[bool],
-                              List[Optional[int]]]:
-        """The group op's lists, each bag's arguments checked and its settings read."""
-        n = len(self.bags)
+                   per_sample_weights: Optional[List[Optional[Tensor]]],
+                   compressed_indices_mappings: Optional[List[Optional[Tensor]]]
+                   ) -> Tuple[List[Tensor], List[int], List[Tensor], List[Optional[Tensor]], List[int],
+                              List[Optional[Tensor]], List[bool], List[Optional[int]], List[Optional[Tensor]]]:
+        """The group op's lists in the caller's order (weights, bits, indices, offsets, modes,
+        per_sample_weights, include_last_offset, padding_idx, mappings), each bag's arguments
+        checked and its settings read."""
+        n = self._count
         if len(inputs) != n:
             raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} inputs".format(n, len(inputs)))
-        offs: List[Optional[Tensor]] = []
-        psw: List[Optional[Tensor]] = []
-        for _ in range(n):  # typed as TorchScript needs them
-            offs.append(None)
-            psw.append(None)
-        if offsets is not None:
-            offs = offsets
-        if per_sample_weights is not None:
-            psw = per_sample_weights
-        if len(offs) != n or len(psw) != n:
-            raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} offsets and {} per_sample_weights".format(
-                n, len(offs), len(psw)))
-        weights: List[Tensor] = []
-        modes: List[int] = []
-        last: List[bool] = []
+        offs = _no_tensors(n) if offsets is None else offsets
+        psw = _no_tensors(n) if per_sample_weights is None else per_sample_weights
+        maps = _no_tensors(n) if compressed_indices_mappings is None else compressed_indices_mappings
+        if len(offs) != n or len(psw) != n or len(maps) != n:
+            raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} offsets, {} per_sample_weights and {} "
+                             "compressed_indices_mappings".format(n, len(offs), len(psw), len(maps)))
+        weights: List[Tensor] = list(inputs)  # placeholders, each replaced below
+        indices: List[Tensor] = list(inputs)
+        offs = list(offs)
+        maps = list(maps)
+        bits: List[int] = [0] * n
+        modes: List[int] = [0] * n
+        last: List[bool] = [False] * n
         padding: List[Optional[int]] = []
+        for _ in range(n):  # typed as TorchScript needs it
+            padding.append(None)
         grad = torch.is_grad_enabled()
-        k = 0
+        j = 0
         for bag in self.bags:
+            k = self._float_at[j]
             mode = _bag_mode(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse)
             if mode < 0:
                 _check_settings(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse, self._names[k])
             _check_arguments(inputs[k], offs[k], psw[k], bag.mode, self._names[k])
+            if maps[k] is not None:
+                raise ValueError("{}: a float table takes no compressed_indices_mapping".format(self._names[k]))
             if _scripting():
                 weight = bag.weight
             else:  # Module.__getattr__ is slow; TorchScript drops this branch
                 weight = bag._parameters["weight"]
             if grad and weight.requires_grad:
                 _warn_forward_only(self._names[k])
-            weights.append(weight)
-            modes.append(mode)
-            last.append(bag.include_last_offset)
-            padding.append(bag.padding_idx)
-            k += 1
-        return weights, offs, modes, psw, last, padding
+            weights[k] = weight
+            modes[k] = mode
+            last[k] = bag.include_last_offset
+            padding[k] = bag.padding_idx
+            j += 1
+        j = 0
+        for bag in self.quantized_bags:
+            k = self._quantized_at[j]
+            flat, lengths, mapping = quantized.rowwise_arguments(self._names[k], inputs[k], offs[k],
+                                                                 bag.pruned_weights, maps[k])
+            indices[k] = flat
+            offs[k] = lengths
+            maps[k] = mapping
+            weights[k] = bag.packed_weight
+            bits[k] = bag.bits
+            modes[k] = 0 if bag.mode == "sum" else 1 if bag.mode == "mean" else 2  # checked at construction
+            last[k] = bag.include_last_offset
+            padding[k] = bag.padding_idx
+            j += 1
+        return weights, bits, indices, offs, modes, psw, last, padding, maps
+
+
+def _no_tensors(n: int) -> List[Optional[Tensor]]:
+    """n Nones, typed as TorchScript needs them."""
+    out: List[Optional[Tensor]] = []
+    for _ in range(n):
+        out.append(None)
+    return out
 
 
 _QUANTIZED_BITS = {torch.quint8: 8, torch.quint4x2: 4}

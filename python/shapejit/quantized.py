@@ -63,15 +63,30 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
     """torch's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
     three public functions and shapejit.QuantizedEmbeddingBag call this)."""
     op = "shapejit.quantized." + _rowwise_op_name(bits)
+    indices, lengths, mapping = rowwise_arguments(op, indices, offsets, pruned_weights, compressed_indices_mapping)
+    # TorchScript sees `mode` as the int it is annotated; eager callers may also pass a name.
+    mode_number = mode if torch.jit.is_scripting() else _mode_number(mode)
+    # The output alone: the engine skips offset2bag, bag_size and max_indices (and max's ids).
+    return torch.ops.shapejit.quantized_embedding_bag_output(
+        weight, bits, indices, lengths, mode_number, per_sample_weights, padding_idx, include_last_offset,
+        mapping, True, torch.float32, None)
+
+
+def rowwise_arguments(op: str, indices: Tensor, offsets: Optional[Tensor], pruned_weights: bool,
+                      compressed_indices_mapping: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """torch's quantized rowwise ops' rules for indices, offsets and the mapping, `op` naming the
+    caller: (1-D indices, offsets read as lengths, the mapping of a pruned table or None)."""
     if indices.dim() == 2:
         # Fixed-length bags, offsets 0, L, 2L, ... of the indices' dtype; torch applies
         # include_last_offset to these too (the last row then only closes the bag before it).
         if offsets is not None:
             raise RuntimeError(op + ": offsets must be None when indices is 2-D")
-        offsets = torch.arange(0, indices.numel(), indices.size(1), dtype=indices.dtype)
+        lengths = torch.arange(0, indices.numel(), indices.size(1), dtype=indices.dtype)
         indices = indices.reshape(-1)
-    elif offsets is None:
-        raise RuntimeError(op + ": offsets are required with 1-D indices")
+    else:
+        if offsets is None:
+            raise RuntimeError(op + ": offsets are required with 1-D indices")
+        lengths = offsets
     mapping: Optional[Tensor] = None
     if pruned_weights:
         if compressed_indices_mapping is None:
@@ -82,12 +97,7 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
         # torch's convention: a mapping of exactly one 0 means the table is not pruned.
         not_pruned = compressed_indices_mapping.numel() == 1 and int(compressed_indices_mapping.reshape(-1)[0]) == 0
         mapping = None if not_pruned else compressed_indices_mapping
-    # TorchScript sees `mode` as the int it is annotated; eager callers may also pass a name.
-    mode_number = mode if torch.jit.is_scripting() else _mode_number(mode)
-    # The output alone: the engine skips offset2bag, bag_size and max_indices (and max's ids).
-    return torch.ops.shapejit.quantized_embedding_bag_output(
-        weight, bits, indices, offsets, mode_number, per_sample_weights, padding_idx, include_last_offset,
-        mapping, True, torch.float32, None)
+    return indices, lengths, mapping
 
 
 def embedding_bag_byte_rowwise_offsets(weight: Tensor, indices: Tensor, offsets: Optional[Tensor] = None,

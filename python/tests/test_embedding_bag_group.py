@@ -162,3 +162,107 @@ def test_scripted_concat_equals_eager(sj, seed):
     offsets = [torch.tensor([0, 5]), None]
     with torch.no_grad():
         assert_same_tensor(torch.jit.script(group).concat(inputs, offsets), group.concat(inputs, offsets), "scripted")
+
+
+def random_quantized_bag(sj, g, gen):
+    """A shapejit.QuantizedEmbeddingBag of random bits, mode and width, pruned now and then."""
+    bits = g.choice([8, 4, 2])
+    rows, dim = g.randrange(1, 200), g.choice([4, 8, 12, 32, 64, 100])
+    float_bag = torch.nn.EmbeddingBag(rows, dim, mode=g.choice(["sum", "mean", "max"]))
+    with torch.no_grad():
+        float_bag.weight.copy_(torch.randn(float_bag.weight.shape, generator=gen))
+    bag = sj.QuantizedEmbeddingBag.from_float(float_bag, bits)
+    mapping = None
+    if g.random() < 0.25:  # pruned: index i reads row mapping[i] (-1 skips)
+        bag.pruned_weights = True
+        mapping = torch.randint(-1, rows, (rows + 7,), generator=gen, dtype=torch.int32)
+    return bag, mapping
+
+
+def quantized_inputs(g, gen, bag, mapping, bags=None):
+    """A call of a quantized bag as its forward takes it: offsets are bag lengths."""
+    space = mapping.numel() if mapping is not None else bag.num_embeddings
+    if g.random() < 0.3:
+        return torch.randint(0, space, (bags or g.randrange(1, 30), g.randrange(1, 6)), generator=gen), None
+    count = bags or g.randrange(1, 30)
+    lengths = [g.randrange(0, 9) for _ in range(count)]
+    offsets = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(count)])
+    return torch.randint(0, space, (sum(lengths),), generator=gen), offsets if bag.include_last_offset else offsets[:-1]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_quantized_and_float_bags_in_one_group(sj, seed, threads):
+    g = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for trial in range(15):
+            count = g.randrange(1, 40)
+            bags, inputs, offsets, mappings = [], [], [], []
+            for _ in range(g.randrange(1, 6)):
+                if g.random() < 0.6:
+                    bag, mapping = random_quantized_bag(sj, g, gen)
+                    inp, off = quantized_inputs(g, gen, bag, mapping, count)
+                else:
+                    bag, mapping = random_bags(g, gen, 1)[0].to(torch.float32), None
+                    inp, off, _ = random_inputs(g, gen, bag, count)
+                bags.append(bag)
+                inputs.append(inp)
+                offsets.append(off)
+                mappings.append(mapping)
+            group = sj.EmbeddingBagGroup(bags)
+            outs = group(inputs, offsets, None, mappings)
+            alone = [bag(inp, off, None, m) if isinstance(bag, sj.QuantizedEmbeddingBag) else
+                     sj.EmbeddingBag.from_torch(bag)(inp, off) for bag, inp, off, m in zip(bags, inputs, offsets, mappings)]
+            for k, (out, want) in enumerate(zip(outs, alone)):
+                assert_same_tensor(out, want, replay("trial {} bag {} ({})".format(trial, k, bags[k])))
+            assert_same_tensor(group.concat(inputs, offsets, None, mappings), torch.cat(alone, dim=1),
+                               replay("trial {} concatenated".format(trial)))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_torch_quantized_bags_join_as_their_shapejit_modules(sj, seed):
+    gen = torch.Generator().manual_seed(seed)
+    float_bag = torch.nn.EmbeddingBag(50, 16, mode="sum")
+    source = torch.nn.EmbeddingBag(50, 16, mode="sum")
+    with torch.no_grad():
+        source.weight.copy_(torch.randn(50, 16, generator=gen))
+    source.qconfig = torch.ao.quantization.float_qparams_weight_only_qconfig
+    qbag = torch.ao.nn.quantized.EmbeddingBag.from_float(source)
+    group = sj.EmbeddingBagGroup([float_bag, qbag])
+    assert isinstance(group.quantized_bags[0], sj.QuantizedEmbeddingBag)
+    idx = torch.randint(0, 50, (12,), generator=gen)
+    offsets = torch.tensor([0, 5, 5])
+    with torch.no_grad():
+        outs = group([idx, idx], [offsets, offsets])
+        assert_same_tensor(outs[1], qbag(idx, offsets), "torch's quantized module")
+        assert_same_tensor(outs[0], float_bag(idx, offsets), "the float bag")
+
+
+def test_scripted_mixed_group_equals_eager(sj, seed):
+    g = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    qbag, _ = random_quantized_bag(sj, g, gen)
+    qbag.pruned_weights = False
+    group = sj.EmbeddingBagGroup([torch.nn.EmbeddingBag(30, 5, mode="max"), qbag])
+    inputs = [torch.randint(0, 30, (3, 4), generator=gen), torch.randint(0, qbag.num_embeddings, (3, 2), generator=gen)]
+    scripted = torch.jit.script(group)
+    with torch.no_grad():
+        for got, want in zip(scripted(inputs), group(inputs)):
+            assert_same_tensor(got, want, "scripted")
+        assert_same_tensor(scripted.concat(inputs), group.concat(inputs), "scripted concat")
+
+
+def test_quantized_group_errors_name_the_bag(sj):
+    w = torch.randn(10, 4)
+    qbag = sj.QuantizedEmbeddingBag(sj.quantized.embedding_bag_byte_prepack(w), 8)
+    group = sj.EmbeddingBagGroup([torch.nn.EmbeddingBag(10, 4), qbag])
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=r"bags\[1\]: offsets are required with 1-D indices"):
+            group([torch.tensor([[1]]), torch.tensor([1, 2])])
+        with pytest.raises(ValueError, match=r"bags\[0\]: a float table takes no compressed_indices_mapping"):
+            group([torch.tensor([[1]]), torch.tensor([[1]])], None, None, [torch.tensor([0], dtype=torch.int32), None])
+        with pytest.raises(RuntimeError, match=r"calls\[1\]: indices\[0\] = 10 is out of range"):
+            group([torch.tensor([[1]]), torch.tensor([[10]])])
