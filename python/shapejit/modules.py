@@ -154,7 +154,8 @@ class EmbeddingBagGroup(torch.nn.Module):
     torch.ao.nn.quantized.EmbeddingBag modules (converted with QuantizedEmbeddingBag.from_torch),
     in any mix; it shares their weights and reads a bag's settings at each call. A quantized bag
     takes its input as its own forward does (torch's quantized ops: offsets are bag lengths, and
-    compressed_indices_mappings[k] for a pruned table). Forward only."""
+    compressed_indices_mappings[k] for a pruned table). The float bags are held in `bags`, the
+    quantized ones in `quantized_bags`, each in the caller's order. Forward only."""
 
     _float_at: List[int]
     _quantized_at: List[int]
