@@ -233,8 +233,11 @@ class EmbeddingBagGroup(torch.nn.Module):
         modes: List[int] = [0] * n
         last: List[bool] = [False] * n
         padding: List[Optional[int]] = []
-        for _ in range(n):  # typed as TorchScript needs it
-            padding.append(None)
+        if _scripting():
+            for _ in range(n):  # typed as TorchScript needs it
+                padding.append(None)
+        else:
+            padding = [None] * n
         grad = torch.is_grad_enabled()
         j = 0
         for bag in self.bags:
@@ -274,7 +277,9 @@ class EmbeddingBagGroup(torch.nn.Module):
 
 
 def _no_tensors(n: int) -> List[Optional[Tensor]]:
-    """n Nones, typed as TorchScript needs them."""
+    """n Nones, typed as TorchScript needs them (eager Python builds them at once)."""
+    if not _scripting():
+        return [None] * n
     out: List[Optional[Tensor]] = []
     for _ in range(n):
         out.append(None)
