@@ -2,6 +2,8 @@
 //
 // Names: embag_group/<impl>/sum/<T>x<rows>x<dim>/<bags>x<len>/t<threads>
 //   impl  group  shapejit_embedding_bags over the T calls (one validation pass, one region)
+//         concat the same call writing the tables' outputs side by side into one [bags, T x dim]
+//                buffer (output_row_stride): what a model's torch.cat would produce
 //         calls  shapejit_embedding_bag once per table, one after another
 //         limit  the limit loop of the engine's ISA over every table; at t2 each thread of a
 //                2-slot tbb::task_arena takes half of every table's bags (one fork for all)
@@ -42,7 +44,7 @@ namespace shapejit::bench {
 namespace {
 
 constexpr const char* kPrefix = "embag_group/";
-const char* const kImpls[] = {"group", "calls", "limit", "aten"};
+const char* const kImpls[] = {"group", "concat", "calls", "limit", "aten"};
 
 struct GroupSpec {
   int64_t tables, rows, dim, bags, len;
@@ -89,7 +91,7 @@ class Runner {
   virtual ~Runner() = default;
   virtual void prepare() {}
   virtual void run() = 0;
-  virtual const float* output(size_t table) const = 0;
+  virtual const float* output(size_t table) = 0;  // after run(); may gather the rows first
 };
 
 void require_ok(shapejit_status s, const char* what) {
@@ -98,11 +100,20 @@ void require_ok(shapejit_status s, const char* what) {
 
 class JitRunner final : public Runner {
  public:
-  JitRunner(const GroupSpec& spec, int threads, bool grouped) : d_(spec), threads_(threads), grouped_(grouped) {
+  enum class Layout { kCalls, kGroup, kConcat };
+  JitRunner(const GroupSpec& spec, int threads, Layout layout)
+      : d_(spec), threads_(threads), grouped_(layout != Layout::kCalls), concat_(layout == Layout::kConcat) {
+    const int64_t columns = spec.tables * spec.dim;
+    if (concat_) side_by_side_.resize(size_t(spec.bags * columns));
     for (size_t t = 0; t < d_.args.size(); ++t) {
       ex_.emplace_back();
       shapejit_embedding_bag_ex_init(&ex_.back(), &d_.args[t]);
-      outs_.push_back({d_.output[t].data(), d_.offset2bag[t].data(), d_.bag_size[t].data(), d_.max_indices[t].data()});
+      float* out = d_.output[t].data();
+      if (concat_) {
+        ex_.back().output_row_stride = columns;
+        out = side_by_side_.data() + int64_t(t) * spec.dim;
+      }
+      outs_.push_back({out, d_.offset2bag[t].data(), d_.bag_size[t].data(), d_.max_indices[t].data()});
     }
     for (const auto& e : ex_) calls_.push_back(&e);
   }
@@ -114,12 +125,20 @@ class JitRunner final : public Runner {
                                         outs_[t].max_indices),
                  "shapejit_embedding_bag");
   }
-  const float* output(size_t t) const override { return d_.output[t].data(); }
+  const float* output(size_t t) override {
+    if (!concat_) return d_.output[t].data();
+    const int64_t dim = d_.args[t].dim, columns = int64_t(d_.args.size()) * dim;  // table t's rows, gathered
+    std::vector<float>& rows = d_.output[t];
+    for (size_t i = 0; i < rows.size(); ++i)
+      rows[i] = side_by_side_[size_t(int64_t(i) / dim * columns + int64_t(t) * dim + int64_t(i) % dim)];
+    return rows.data();
+  }
 
  private:
   GroupData d_;
   int threads_;
-  bool grouped_;
+  bool grouped_, concat_;
+  std::vector<float> side_by_side_;
   std::vector<shapejit_embedding_bag_ex_args> ex_;
   std::vector<const shapejit_embedding_bag_ex_args*> calls_;
   std::vector<shapejit_embedding_bag_outputs> outs_;
@@ -148,7 +167,7 @@ class LimitRunner final : public Runner {
     if (!arena_) return part(0);
     arena_->execute([&] { tbb::parallel_for(0, threads_, part, tbb::static_partitioner()); });
   }
-  const float* output(size_t t) const override { return d_.output[t].data(); }
+  const float* output(size_t t) override { return d_.output[t].data(); }
 
  private:
   GroupData d_;
@@ -167,7 +186,7 @@ class AtenRunners final : public Runner {
   void run() override {
     for (auto& a : aten_) a->run(0);
   }
-  const float* output(size_t t) const override { return aten_[t]->output(); }
+  const float* output(size_t t) override { return aten_[t]->output(); }
 
  private:
   GroupData d_;
@@ -175,7 +194,9 @@ class AtenRunners final : public Runner {
 };
 
 std::unique_ptr<Runner> make_runner(const std::string& impl, const GroupSpec& spec, int threads) {
-  if (impl == "group" || impl == "calls") return std::make_unique<JitRunner>(spec, threads, impl == "group");
+  if (impl == "group") return std::make_unique<JitRunner>(spec, threads, JitRunner::Layout::kGroup);
+  if (impl == "concat") return std::make_unique<JitRunner>(spec, threads, JitRunner::Layout::kConcat);
+  if (impl == "calls") return std::make_unique<JitRunner>(spec, threads, JitRunner::Layout::kCalls);
   if (impl == "limit") return std::make_unique<LimitRunner>(spec, threads);
   return std::make_unique<AtenRunners>(spec, threads);
 }
@@ -268,13 +289,15 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
   };
   out << "\nembag_group: microseconds per call (fastest call) of all tables\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %9s %9s %9s %9s %9s %9s %9s %9s\n", "case", "group t1", "calls t1",
-                "limit t1", "aten t1", "group t2", "calls t2", "limit t2", "aten t2");
+  std::snprintf(line, sizeof line, "%-22s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "case", "group t1",
+                "concat t1", "calls t1", "limit t1", "aten t1", "group t2", "concat t2", "calls t2", "limit t2",
+                "aten t2");
   out << line;
   for (const std::string& p : order) {
-    std::snprintf(line, sizeof line, "%-22s %9s %9s %9s %9s %9s %9s %9s %9s\n", p.substr(p.find('/') + 1).c_str(),
-                  us("group", p, 1).c_str(), us("calls", p, 1).c_str(), us("limit", p, 1).c_str(),
-                  us("aten", p, 1).c_str(), us("group", p, 2).c_str(), us("calls", p, 2).c_str(),
+    std::snprintf(line, sizeof line, "%-22s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+                  p.substr(p.find('/') + 1).c_str(), us("group", p, 1).c_str(), us("concat", p, 1).c_str(),
+                  us("calls", p, 1).c_str(), us("limit", p, 1).c_str(), us("aten", p, 1).c_str(),
+                  us("group", p, 2).c_str(), us("concat", p, 2).c_str(), us("calls", p, 2).c_str(),
                   us("limit", p, 2).c_str(), us("aten", p, 2).c_str());
     out << line;
   }
