@@ -40,9 +40,36 @@ def read_version():
     return ".".join(parts)
 
 
+def progress_terminal():
+    """The user's terminal when pip hides our output (it does unless -v), else None: the build
+    takes minutes, and a silent pip looks hung."""
+    if sys.stdout.isatty():
+        return None
+    try:
+        return open("/dev/tty", "w")
+    except OSError:
+        return None
+
+
 def run(command, cwd=None):
+    """Runs command, its output going to ours (pip -v shows it); each Ninja step "[k/n] ..." is
+    also shown on one line of the terminal, when there is one."""
     print("setup.py: " + " ".join(shlex.quote(str(c)) for c in command), flush=True)
-    subprocess.run([str(c) for c in command], cwd=cwd, check=True)
+    tty = progress_terminal()
+    process = subprocess.Popen([str(c) for c in command], cwd=cwd, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, errors="replace")
+    for line in process.stdout:
+        sys.stdout.write(line)
+        step = re.match(r"\[(\d+)/(\d+)\] (.*)", line)
+        if tty and step:
+            tty.write("\rshapejit build [{}/{}] {:<60.60}".format(step[1], step[2], step[3].split("/")[-1]))
+            tty.flush()
+    sys.stdout.flush()
+    if tty:
+        tty.write("\n")
+        tty.close()
+    if process.wait() != 0:
+        raise subprocess.CalledProcessError(process.returncode, command)
 
 
 class CMakeBuild(build_ext):
@@ -83,7 +110,13 @@ class CMakeBuild(build_ext):
     def configure(self, build_dir):
         if shutil.which("cmake") is None:
             raise RuntimeError("building shapejit needs cmake (apt-get install cmake)")
-        import torch.utils  # the torch this package will run with: build against its CMake files
+        try:
+            import torch  # noqa: F401  (the torch this package will run with: build against it)
+        except ImportError:
+            raise RuntimeError(
+                "building shapejit needs torch importable by {} (the torch it will run with). Install "
+                "torch first (e.g. pip install torch==2.13.0), then pip install --no-build-isolation . "
+                "(build isolation would build against another torch than yours)".format(sys.executable))
 
         cache = build_dir / "CMakeCache.txt"
         if cache.is_file() and "CMAKE_HOME_DIRECTORY:INTERNAL={}\n".format(ROOT) not in cache.read_text():
@@ -92,10 +125,8 @@ class CMakeBuild(build_ext):
         command = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
                    "-DSHAPEJIT_BUILD_TESTS=OFF", "-DSHAPEJIT_BUILD_BENCH=OFF", "-DSHAPEJIT_BUILD_TOOLS=OFF",
                    "-DSHAPEJIT_ORACLE=ON", "-DSHAPEJIT_REQUIRE_ORACLE=ON",
-                   "-DSHAPEJIT_PYTHON=" + sys.executable,
-                   # Searched before the system paths; Debian's torch keeps its CMake files in
-                   # libtorch-dev instead, which the system search then finds.
-                   "-DCMAKE_PREFIX_PATH=" + torch.utils.cmake_prefix_path]
+                   # cmake/find_torch.cmake builds against this interpreter's torch.
+                   "-DSHAPEJIT_PYTHON=" + sys.executable]
         if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").is_file():
             command += ["-G", "Ninja"]
         if shutil.which("ccache"):

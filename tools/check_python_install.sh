@@ -2,32 +2,43 @@
 # Installs the shapejit Python package the two ways a user does, and runs python/tests against each
 # from a directory outside any source tree, so `import shapejit` can only find the installed copy
 # (test_engine_api.py checks that through SHAPEJIT_EXPECT_PACKAGE_UNDER):
-#   pip:   `pip install --no-build-isolation --no-index` of a clean clone into a venv made with
-#          --system-site-packages (it sees Debian's torch); setup.py builds the extension from
-#          scratch with CMake. The clone must be left with no untracked files.
-#   cmake: `cmake --install BUILD_DIR` under DESTDIR with the configured prefix (default
-#          /usr/local); the package directory, DESTDIR stripped, must be on the interpreter's
-#          sys.path, i.e. where `import shapejit` finds it once installed for real.
+#   pip:   `pip install --no-build-isolation --no-index` of a clean clone into a new venv; setup.py
+#          builds the extension from scratch with CMake against the venv's torch.
+#          The clone must be left with no untracked files.
+#   cmake: `cmake --install BUILD_DIR --prefix <another new venv>`: the package lands in that
+#          venv's site-packages, where its python imports it.
+# Both new venvs see SHAPEJIT_PYTHON's packages (torch, pytest, pip) through a .pth file instead
+# of installing torch again.
 # Usage: tools/check_python_install.sh BUILD_DIR [SOURCE]
-#   BUILD_DIR  a built release tree of this repository (cmake --install reads it; its
-#              libshapejit.so and jitdump serve the pip run's C ABI and ISA tests)
+#   BUILD_DIR  a built release tree of this repository configured with the same SHAPEJIT_PYTHON
+#              (cmake --install reads it; its libshapejit.so and jitdump serve the C ABI and ISA
+#              tests)
 #   SOURCE     what pip installs; default: a `git clone` of this repository (HEAD, so uncommitted
 #              edits are not installed: pass a copy of the working tree to test them)
-# Environment: SHAPEJIT_PYTHON (default /usr/bin/python3, Debian's, which has torch);
+# Environment: SHAPEJIT_PYTHON (default build-venv/bin/python: tools/python_env.sh makes it);
 #   SHAPEJIT_CHECK_DIR (scratch directory, default a new one under /tmp; removed on success).
-# Needs python3-pip, python3-setuptools and python3-wheel (no network access is used).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR [SOURCE]" >&2; exit 2; }
 build=$(cd "$1" && pwd)
-py=${SHAPEJIT_PYTHON:-/usr/bin/python3}
+py=${SHAPEJIT_PYTHON:-$root/build-venv/bin/python}
 work=${SHAPEJIT_CHECK_DIR:-$(mktemp -d /tmp/shapejit-python-install.XXXXXX)}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-for module in pip setuptools wheel; do
+for module in torch pytest pip setuptools wheel; do
   "$py" -c "import $module" 2>/dev/null ||
-    { echo "$py cannot import $module: apt-get install python3-pip python3-setuptools python3-wheel" >&2; exit 1; }
+    { echo "$py cannot import $module: tools/python_env.sh makes a venv with it" >&2; exit 1; }
 done
+
+# A new venv at $1 that sees $py's packages (torch, pytest, pip) through a .pth file.
+new_venv() {
+  rm -rf "$1"
+  "$py" -m venv --without-pip "$1"
+  local own shared
+  own=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  shared=$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  echo "$shared" >"$own/shapejit-check-shared.pth"
+}
 
 # Runs "$@" as one step named $1 and prints its wall time.
 step() {
@@ -58,9 +69,7 @@ else
   source_dir=$work/clone
 fi
 tests=$source_dir/python/tests
-rm -rf "$work/venv"
-# --without-pip: the venv uses Debian's pip through the system site-packages (no python3-venv).
-"$py" -m venv --without-pip --system-site-packages "$work/venv"
+new_venv "$work/venv"
 tree_state() { if [ -d "$source_dir/.git" ]; then git -C "$source_dir" status --porcelain; fi; }
 before=$(tree_state)
 echo "== pip install --no-build-isolation $source_dir (into $work/venv)"
@@ -82,25 +91,20 @@ step "pytest (pip install)" run_suite "$work/venv/bin/python" "$work/venv" \
   SHAPEJIT_LIB="$build/libshapejit.so" SHAPEJIT_JITDUMP="$build/tools/jitdump"
 
 # --- cmake --install ----------------------------------------------------------------------------
-destdir=$work/destdir
-rm -rf "$destdir"
-echo "== cmake --install $build under DESTDIR=$destdir"
-DESTDIR=$destdir cmake --install "$build" >/dev/null
-prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
+new_venv "$work/cmake-venv"
+echo "== cmake --install $build --prefix $work/cmake-venv"
+cmake --install "$build" --prefix "$work/cmake-venv" >/dev/null
 libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
-init=$(find "$destdir" -path '*/shapejit/__init__.py' -print -quit)
-[ -n "$init" ] || { echo "cmake --install put no shapejit package under $destdir" >&2; exit 1; }
-package_dir=${init%/shapejit/__init__.py}
-installed=${package_dir#"$destdir"}
-if ! "$py" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$installed"; then
-  echo "cmake --install put the package in $installed, which $py does not search:" >&2
-  "$py" -c 'import sys; print(sys.path)' >&2
+installed=$("$work/cmake-venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+if [ ! -f "$installed/shapejit/__init__.py" ]; then
+  echo "cmake --install put no shapejit package in $installed, where the venv's python imports from:" >&2
+  find "$work/cmake-venv" -name __init__.py -path '*shapejit*' >&2
   exit 1
 fi
-echo "   package: $installed/shapejit (prefix $prefix, on $py's sys.path)"
+echo "   package: $installed/shapejit"
 echo "== python/tests against the cmake-installed package"
-step "pytest (cmake --install)" run_suite "$py" "$destdir" PYTHONPATH="$package_dir" \
-  SHAPEJIT_LIB="$destdir$prefix/${libdir:-lib}/libshapejit.so" SHAPEJIT_JITDUMP="$destdir$prefix/bin/jitdump"
+step "pytest (cmake --install)" run_suite "$work/cmake-venv/bin/python" "$work/cmake-venv" \
+  SHAPEJIT_LIB="$work/cmake-venv/${libdir:-lib}/libshapejit.so" SHAPEJIT_JITDUMP="$work/cmake-venv/bin/jitdump"
 
 rm -rf "$work"
 echo "python install check: ok"

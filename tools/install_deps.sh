@@ -3,8 +3,10 @@
 # Usage: tools/install_deps.sh [--check] [core|test|bench|cross|all|bochs]
 #   --check: install nothing; print the missing packages, one a line (exit 1 when any is).
 #   core:  build the library, tools and benchmarks;
-#   test:  + oracle (libtorch, python3-torch), emulators, clang and the Python test tools;
-#   bench: core + the benchmark peers (libtorch, oneDNN, OpenBLAS, libxsmm, XNNPACK) and what
+#   test:  + emulators and clang (torch, pytest and the other Python packages come from PyPI into a
+#          venv: tools/python_env.sh);
+#   bench: core + the benchmark peers (oneDNN, OpenBLAS, libxsmm, XNNPACK; ATen comes from the
+#          venv's torch, tools/python_env.sh) and what
 #          their CMake configs need: Debian's oneDNN is built with the OpenCL GPU runtime, so
 #          its dnnl-config.cmake calls find_package(OpenCL REQUIRED), which stops the whole
 #          configure step without the OpenCL loader and headers (its package does not pull them);
@@ -20,8 +22,8 @@ level=${1:-test}
 
 core=(cmake ninja-build g++ pkgconf libasmjit-dev libsleef-dev libtbb-dev doctest-dev
       libbenchmark-dev libcli11-dev)
-test=(libtorch-dev qemu-user clang libclang-rt-14-dev python3-torch python3-pytest python3-matplotlib python3-pip)
-bench=(libtorch-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libxsmm-dev
+test=(qemu-user clang libclang-rt-14-dev)
+bench=(libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libxsmm-dev
        libxnnpack-dev libpthreadpool-dev)
 # The cross build reuses doctest-dev and libcli11-dev (Architecture: all, header-only).
 cross_host=(g++-aarch64-linux-gnu qemu-user)

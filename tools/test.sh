@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the whole test suite through ctest:
-#   1. Release build (build/): unit, validation, differential, oracle (vs PyTorch) tests; on a
+#   0. build-venv/: pip's torch 2.13 and the Python test packages, pinned (tools/python_env.sh).
+#   1. Release build (build/): unit, validation, differential, oracle (vs PyTorch 2.x) tests; on a
 #      host with AVX-512 also the suite under `qemu-x86_64 -cpu max` (AVX2, no AVX-512), which
 #      ctest reports as skipped elsewhere (there it would only repeat the native run).
 #   2. ASan+UBSan build (build-asan/): the same unit and differential tests.
@@ -53,9 +54,11 @@ run_ctest() {
   grep -h "^generated code executed in " "$dir/Testing/Temporary/LastTest.log" | tail -n 1 | sed 's/^/   /' || true
 }
 
-# Stage 1: the release build and its tests.
+# Stage 1: the release build and its tests, against the venv's torch (pip's torch 2.x, the torch
+# users run) for the oracle tests, the ATen benchmark rows and the PyTorch extension.
 release_build() {
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHAPEJIT_REQUIRE_ORACLE=ON >/dev/null
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHAPEJIT_REQUIRE_ORACLE=ON \
+        -DSHAPEJIT_PYTHON="$venv_python" >/dev/null
   cmake --build build -j"$jobs"
 }
 release_stage() {
@@ -133,11 +136,15 @@ hardening_stage() {
 }
 
 timed "install (test packages)" tools/install_deps.sh test
+# The Python environment (pip's torch 2.13 and the test packages, pinned): build-venv/.
+timed "install (python venv, tools/python_env.sh)" tools/python_env.sh >/dev/null
+venv_python=$PWD/build-venv/bin/python
 release_stage
 # Stage 1b: the Python package as users install it, each install running python/tests from outside
-# the source tree: pip (a fresh CMake build of a clean clone, into a venv) and cmake --install of
-# build/ under a DESTDIR (tools/check_python_install.sh).
-CMAKE_BUILD_PARALLEL_LEVEL=$jobs timed "python packages (pip, cmake --install)" tools/check_python_install.sh build
+# the source tree against pip's torch: pip (a fresh CMake build of a clean clone, into a venv) and
+# cmake --install of build/ into another venv (tools/check_python_install.sh).
+CMAKE_BUILD_PARALLEL_LEVEL=$jobs SHAPEJIT_PYTHON=$venv_python \
+  timed "python packages (pip, cmake --install)" tools/check_python_install.sh build
 sanitizer_stage
 cross_stage
 # Stage 5: the AVX-512 battery, natively where the CPU has AVX-512, else under Bochs.

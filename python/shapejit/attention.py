@@ -18,8 +18,8 @@ from torch import Tensor
 
 class MultiheadAttention(torch.nn.MultiheadAttention):
     """A drop-in torch.nn.MultiheadAttention (same constructor, parameters, state_dict and
-    torch 1.13 forward: masks, need_weights, average_attn_weights, batch_first, kdim/vdim,
-    add_bias_kv, add_zero_attn, dropout in training). Forward only for the in-projection: no
+    torch 2.x forward: masks, need_weights, average_attn_weights, is_causal, batch_first,
+    kdim/vdim, add_bias_kv, add_zero_attn, dropout in training). Forward only for the in-projection: no
     gradient reaches in_proj_weight/in_proj_bias (out_proj and bias_k/bias_v are torch ops).
     Parameters must be float32 CPU tensors when forward runs. batch_first is read when the
     module is built: build a new module (from_torch) to change it."""
@@ -76,16 +76,12 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor] = None,
                 need_weights: bool = True, attn_mask: Optional[Tensor] = None,
-                average_attn_weights: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+                average_attn_weights: bool = True, is_causal: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         num_heads, head_dim, batch_first = self.num_heads, self.head_dim, self.batch_first
         is_batched = _check_dims(query, key, value, key_padding_mask, attn_mask, num_heads)
         if batch_first != self._group_batch_first:
             raise RuntimeError("shapejit.MultiheadAttention: batch_first was {} when the module was built and is now "
                                "{}; build a new module to change it".format(self._group_batch_first, batch_first))
-        if key_padding_mask is not None:
-            if key_padding_mask.dtype != torch.bool and not torch.is_floating_point(key_padding_mask):
-                raise AssertionError("shapejit.MultiheadAttention: key_padding_mask must be bool or floating point, "
-                                     "but is {}".format(key_padding_mask.dtype))
         if not is_batched:  # a batch of one in the group's layout, squeezed at the end
             batch_dim = 0 if batch_first else 1
             query, key, value = query.unsqueeze(batch_dim), key.unsqueeze(batch_dim), value.unsqueeze(batch_dim)
@@ -111,14 +107,18 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         # q, k, v: [bsz, H, L, Dh]; torch's are the same memory order viewed as [bsz * H, L, Dh].
         q, k, v = self._group.run_current(weights, self.in_proj_bias, [query, key, value])
 
+        # torch 2.x's mask rules (F.multi_head_attention_forward): both masks become float (-inf
+        # where a bool mask is True) and are added; is_causal is a hint that attn_mask is causal.
+        key_padding_mask = _float_mask(key_padding_mask, "key_padding_mask", attn_mask, "attn_mask", query.dtype)
+        if is_causal and attn_mask is None:
+            raise RuntimeError("shapejit.MultiheadAttention: is_causal=True is a hint that attn_mask is causal, so it "
+                               "needs attn_mask (nn.Transformer.generate_square_subsequent_mask makes one)")
+        sdpa_causal = is_causal and key_padding_mask is None and not need_weights
+        if sdpa_causal:
+            attn_mask = None  # scaled_dot_product_attention applies the causal mask itself, as torch does
+        else:
+            attn_mask = _float_mask(attn_mask, "attn_mask", None, "", query.dtype)
         if attn_mask is not None:
-            if attn_mask.dtype == torch.uint8:
-                warnings.warn("shapejit.MultiheadAttention: a uint8 attn_mask is read as bool (as torch does, which "
-                              "deprecates it): pass a bool mask")
-                attn_mask = attn_mask.to(torch.bool)
-            elif not (attn_mask.is_floating_point() or attn_mask.dtype == torch.bool):
-                raise AssertionError("shapejit.MultiheadAttention: attn_mask must be bool, uint8 or floating point, "
-                                     "but is {}".format(attn_mask.dtype))
             if attn_mask.dim() == 2:
                 if list(attn_mask.shape) != [tgt_len, src_len]:
                     raise RuntimeError("shapejit.MultiheadAttention: a 2-D attn_mask must have shape {}, but has "
@@ -138,9 +138,6 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             k, v = torch.cat([k, zeros], dim=2), torch.cat([v, zeros], dim=2)
             attn_mask, key_padding_mask = _pad_masks(attn_mask, key_padding_mask)
         src_len = k.size(2)
-        q = q.view(bsz * num_heads, tgt_len, head_dim)
-        k = k.reshape(bsz * num_heads, src_len, head_dim)
-        v = v.reshape(bsz * num_heads, src_len, head_dim)
 
         if key_padding_mask is not None:
             if list(key_padding_mask.shape) != [bsz, src_len]:
@@ -148,41 +145,63 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                                      "{}".format((bsz, src_len), key_padding_mask.shape))
             key_padding_mask = key_padding_mask.view(bsz, 1, 1, src_len).expand(-1, num_heads, -1, -1).reshape(
                 bsz * num_heads, 1, src_len)
-            if attn_mask is None:
-                attn_mask = key_padding_mask
-            elif attn_mask.dtype == torch.bool:
-                attn_mask = attn_mask.logical_or(key_padding_mask)
-            else:
-                attn_mask = attn_mask.masked_fill(key_padding_mask, float("-inf"))
-        if attn_mask is not None and attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill_(attn_mask, float("-inf"))
+            attn_mask = key_padding_mask if attn_mask is None else attn_mask + key_padding_mask
+        dropout_p = self.dropout if self.training else 0.0
 
-        # torch's order of roundings: scale q, then (mask +) q k^T, softmax, dropout, times v.
-        q = q / math.sqrt(head_dim)
-        if attn_mask is not None:
-            probs = torch.baddbmm(attn_mask, q, k.transpose(-2, -1))
+        if not need_weights:
+            # torch 2.x runs scaled_dot_product_attention on [bsz, H, L, Dh]: the group's layout.
+            if attn_mask is not None:
+                attn_mask = attn_mask.unsqueeze(0) if attn_mask.size(0) == 1 else attn_mask.view(
+                    bsz, num_heads, -1, src_len)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, sdpa_causal)
+            out = out.permute(2, 0, 1, 3) if not batch_first else out.permute(0, 2, 1, 3)
+            probs = None
         else:
-            probs = torch.bmm(q, k.transpose(-2, -1))
-        probs = F.softmax(probs, dim=-1)
-        if self.training and self.dropout > 0.0:
-            probs = F.dropout(probs, p=self.dropout)
-        out = torch.bmm(probs, v)  # [bsz * H, L, Dh]
-        if batch_first:  # rows (n, l): the output is [bsz, L, E] without a transpose afterwards
-            out = out.view(bsz, num_heads, tgt_len, head_dim).transpose(1, 2).reshape(bsz * tgt_len, embed_dim)
-        else:
-            out = out.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
+            # torch's order of roundings: scale q by sqrt(1 / Dh), (mask +) q k^T, softmax, dropout, times v.
+            q = q.view(bsz * num_heads, tgt_len, head_dim) * math.sqrt(1.0 / float(head_dim))
+            k = k.reshape(bsz * num_heads, src_len, head_dim)
+            v = v.reshape(bsz * num_heads, src_len, head_dim)
+            if attn_mask is not None:
+                probs = torch.baddbmm(attn_mask, q, k.transpose(-2, -1))
+            else:
+                probs = torch.bmm(q, k.transpose(-2, -1))
+            probs = F.softmax(probs, dim=-1)
+            if dropout_p > 0.0:
+                probs = F.dropout(probs, p=dropout_p)
+            out = torch.bmm(probs, v).view(bsz, num_heads, tgt_len, head_dim)
+            out = out.permute(2, 0, 1, 3) if not batch_first else out.permute(0, 2, 1, 3)
+        # rows (l, n) or (n, l): batch_first output needs no transpose afterwards
+        out = out.reshape(-1, embed_dim)
         out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
         out = out.view(bsz, tgt_len, embed_dim) if batch_first else out.view(tgt_len, bsz, embed_dim)
         if not is_batched:
             out = out.squeeze(0) if batch_first else out.squeeze(1)
-        if not need_weights:
+        if probs is None:
             return out, None
         probs = probs.view(bsz, num_heads, tgt_len, src_len)
         if average_attn_weights:
-            probs = probs.sum(dim=1) / num_heads
+            probs = probs.mean(dim=1)
         if not is_batched:
             probs = probs.squeeze(0)
         return out, probs
+
+
+def _float_mask(mask: Optional[Tensor], name: str, other: Optional[Tensor], other_name: str,
+                dtype: torch.dtype) -> Optional[Tensor]:
+    """torch 2.x's canonical mask: bool becomes 0 / -inf of `dtype`, float stays; other dtypes
+    are refused (torch 1.13 read uint8 as bool; 2.x refuses it). Warns, as torch does, when the
+    two masks' dtypes differ."""
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool and not torch.is_floating_point(mask):
+        raise AssertionError("shapejit.MultiheadAttention: {} must be bool or floating point (torch 2.x refuses "
+                             "other dtypes), but is {}".format(name, mask.dtype))
+    if other is not None and other.dtype != mask.dtype:
+        warnings.warn("shapejit.MultiheadAttention: {} is {} and {} is {}; torch deprecates masks of different "
+                      "dtypes: give both the same".format(name, mask.dtype, other_name, other.dtype), stacklevel=3)
+    if mask.dtype == torch.bool:
+        return torch.zeros_like(mask, dtype=dtype).masked_fill_(mask, float("-inf"))
+    return mask
 
 
 def _pad_masks(attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor]
