@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Turns shapejit_bench's JSON output into PNG charts.
 
     build/bench/shapejit_bench --benchmark_format=json --benchmark_out=bench.json
@@ -17,7 +17,7 @@ Charts (one file each, only those the run has rows for):
                               cases) drawn as a dashed mark
 Names follow the benchmark names of README.md (section Benchmarks and charts): embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads> and
 linear_group/<impl>/<case>/t<threads>; counters GBps, GFLOPs, vs_peak, vs_bw.
-Needs python3-matplotlib (Debian). Run with /usr/bin/python3.
+Needs matplotlib: run with build-venv/bin/python (tools/python_env.sh installs it).
 """
 import argparse
 import json
