@@ -2,11 +2,12 @@
 # Installs the shapejit Python package the two ways a user does, and runs python/tests against each
 # from a directory outside any source tree, so `import shapejit` can only find the installed copy
 # (test_engine_api.py checks that through SHAPEJIT_EXPECT_PACKAGE_UNDER):
-#   pip:   `pip install --no-build-isolation --no-index` of a clean clone into a new venv; setup.py
-#          builds the extension from scratch with CMake against the venv's torch.
-#          The clone must be left with no untracked files.
+#   pip:   `pip wheel --no-build-isolation --no-index` of a clean clone (setup.py builds the
+#          extension from scratch with CMake against the venv's torch), then `pip install` of
+#          that wheel into a new venv. The clone must be left with no untracked files.
 #   cmake: `cmake --install BUILD_DIR --prefix <another new venv>`: the package lands in that
-#          venv's site-packages, where its python imports it.
+#          venv's site-packages, where its python imports it. Only the tests of loading, the
+#          engine and one op run there: the rest would repeat the pip run on the same code.
 # Both new venvs see SHAPEJIT_PYTHON's packages (torch, pytest, pip) through a .pth file instead
 # of installing torch again.
 # Usage: tools/check_python_install.sh BUILD_DIR [SOURCE]
@@ -57,7 +58,7 @@ run_suite() {
   mkdir -p "$work/run"
   (cd "$work/run" &&
    env -u PYTHONPATH -u SHAPEJIT_TORCH_LIB "$@" SHAPEJIT_EXPECT_PACKAGE_UNDER="$under" PYTHONDONTWRITEBYTECODE=1 \
-     "$python" -m pytest -q -p no:cacheprovider -rs "$tests")
+     "$python" -m pytest -q -p no:cacheprovider -rs $tests)
 }
 
 # --- pip ----------------------------------------------------------------------------------------
@@ -72,14 +73,19 @@ tests=$source_dir/python/tests
 new_venv "$work/venv"
 tree_state() { if [ -d "$source_dir/.git" ]; then git -C "$source_dir" status --porcelain; fi; }
 before=$(tree_state)
-echo "== pip install --no-build-isolation $source_dir (into $work/venv)"
-step "pip build and install" \
-  "$work/venv/bin/python" -m pip install -q --no-build-isolation --no-index "$source_dir"
+# pip builds a wheel (what `pip install .` does inside) and installs it into a venv without
+# building anything: the wheel is what a machine with the same torch and no compiler installs.
+echo "== pip wheel --no-build-isolation $source_dir, installed into $work/venv"
+step "pip wheel (a fresh CMake build)" \
+  "$work/venv/bin/python" -m pip wheel -q --no-build-isolation --no-index --no-deps -w "$work/wheels" "$source_dir"
 if [ "$(tree_state)" != "$before" ]; then
-  echo "pip install left files in $source_dir that .gitignore does not cover:" >&2
+  echo "pip wheel left files in $source_dir that .gitignore does not cover:" >&2
   diff <(echo "$before") <(tree_state) >&2 || true
   exit 1
 fi
+wheel=$(ls "$work"/wheels/shapejit-*.whl)
+echo "   $(basename "$wheel"): $(du -k "$wheel" | cut -f1) KiB"
+step "pip install of the wheel" "$work/venv/bin/python" -m pip install -q --no-index "$wheel"
 site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 extension=$site/shapejit/libshapejit_torch_ops.so
 if readelf -d "$extension" | grep -E 'NEEDED.*libshapejit\.so|R(UN)?PATH'; then
@@ -103,6 +109,7 @@ if [ ! -f "$installed/shapejit/__init__.py" ]; then
 fi
 echo "   package: $installed/shapejit"
 echo "== python/tests against the cmake-installed package"
+tests="$source_dir/python/tests/test_engine_api.py $source_dir/python/tests/test_embedding_bag_op.py"
 step "pytest (cmake --install)" run_suite "$work/cmake-venv/bin/python" "$work/cmake-venv" \
   SHAPEJIT_LIB="$work/cmake-venv/${libdir:-lib}/libshapejit.so" SHAPEJIT_JITDUMP="$work/cmake-venv/bin/jitdump"
 
