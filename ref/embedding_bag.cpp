@@ -291,10 +291,11 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
     if (a.mode != SHAPEJIT_SUM && shapes.bag_size_len > 0) store_int(bag_size, idx_t, b, count);
     if (a.mode == SHAPEJIT_MEAN && shapes.max_indices_rows > 0) store_int(max_indices, idx_t, b, count);
   }
-  // Positions no bag takes (after a partial final offset, or after the last length) are
-  // reported as "bag" B, as ATen 1.13 reports the former: #{k : offsets[k] <= i} - 1 == B.
+  // Positions no bag takes: after a partial final offset torch 2.x reports the last bag, B - 1
+  // (1.13 reported B); after the last length, "bag" B.
+  const int64_t trailing_bag = a.aten_partial_final_offset && !ex.offsets_as_lengths && bags > 0 ? bags - 1 : bags;
   if (shapes.offset2bag_len > 0)
-    for (int64_t i = covered_end; i < a.num_indices; ++i) store_int(offset2bag, idx_t, i, bags);
+    for (int64_t i = covered_end; i < a.num_indices; ++i) store_int(offset2bag, idx_t, i, trailing_bag);
 }
 
 }  // namespace shapejit::ref
