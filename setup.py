@@ -40,6 +40,21 @@ def read_version():
     return ".".join(parts)
 
 
+def torch_requirement():
+    """The torch this build runs against, as a requirement of the wheel: the extension links
+    torch's C++ libraries, whose ABI holds within a minor release only, so a wheel built against
+    torch X.Y requires torch==X.Y.* (any patch release and build, e.g. +cpu). Without torch
+    (an sdist built elsewhere) it is plain "torch"."""
+    try:
+        import torch
+    except ImportError:
+        return "torch"
+    release = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    if not release:
+        raise RuntimeError("cannot read torch's version {!r} as X.Y...".format(torch.__version__))
+    return "torch=={}.{}.*".format(release.group(1), release.group(2))
+
+
 def run(command, cwd=None):
     print("setup.py: " + " ".join(shlex.quote(str(c)) for c in command), flush=True)
     subprocess.run([str(c) for c in command], cwd=cwd, check=True)
@@ -109,6 +124,7 @@ if __name__ == "__main__":
     os.makedirs(SCRATCH, exist_ok=True)  # egg_info wants its base to exist (pip runs us in ROOT)
     setup(
         version=read_version(),
+        install_requires=[torch_requirement()],
         package_dir={"": "python"},
         packages=["shapejit"],  # every module of python/shapejit, as cmake --install ships
         ext_modules=[Extension(EXTENSION, sources=[])],
