@@ -40,8 +40,8 @@ at::Tensor fixed_length_offsets(const at::Tensor& indices) {
   return offsets;
 }
 
-// torch.embedding_bag (since torch 2.1) converts indices and offsets to their promoted dtype
-// (torch.result_type) and then requires int32 or int64: int8/int16/uint8/bool indices pass with
+// torch.embedding_bag (torch 2.13; test_index_dtypes.py holds us to it) converts indices and
+// offsets to their promoted dtype (torch.result_type) and then requires int32 or int64: int8/int16/uint8/bool indices pass with
 // int32/int64 offsets, and the index results take the promoted dtype. A pair already of int32
 // and int64 is left as it is (the engine reads both and gives ATen's result dtypes).
 void promote_like_aten(const char* op, BagInputs& in) {
@@ -83,7 +83,8 @@ BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optio
     in.indices = indices.contiguous();
     in.offsets = offsets->contiguous();
     if (index_dtypes == IndexDtypes::kPromotedLikeAten) promote_like_aten(op, in);
-    const char* why = index_dtypes == IndexDtypes::kPromotedLikeAten ? "" : " (torch's quantized embedding-bag ops promote neither)";
+    const char* why =
+        index_dtypes == IndexDtypes::kPromotedLikeAten ? "" : " (torch's quantized embedding-bag ops promote neither)";
     check_index_type(op, in.indices, "indices", why);
     check_index_type(op, in.offsets, "offsets", why);
   }

@@ -173,7 +173,8 @@ QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t b
 
   shapejit_embedding_bag_ex_init(&c.ex, &call);
   c.ex.output_dtype = to_shapejit_dtype(out_type, "output_dtype");
-  c.ex.per_sample_weights_dtype = c.in.psw.defined() ? to_float_dtype(c.in.psw, "per_sample_weights", op) : SHAPEJIT_F32;
+  c.ex.per_sample_weights_dtype =
+      c.in.psw.defined() ? to_float_dtype(c.in.psw, "per_sample_weights", op) : SHAPEJIT_F32;
   c.ex.compressed_indices_mapping = c.mapping.defined() ? c.mapping.data_ptr<int32_t>() : nullptr;
   c.ex.mapping_len = c.mapping.defined() ? c.mapping.numel() : 0;
   c.ex.offsets_as_lengths = offsets_as_lengths;

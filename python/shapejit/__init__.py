@@ -40,8 +40,8 @@ set_num_threads(0)
 __version__ = torch.ops.shapejit.version()
 
 __all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "EmbeddingBagGroup", "QuantizedEmbeddingBag", "InProjection",
-           "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "max_num_threads", "set_num_threads",
-           "isa", "kernel_cache_stats"]
+           "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "max_num_threads",
+           "set_num_threads", "isa", "kernel_cache_stats"]
 
 from .attention import MultiheadAttention  # noqa: E402
 from .optimize import optimize  # noqa: E402

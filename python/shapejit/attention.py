@@ -205,8 +205,9 @@ def _check_dims(query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Opt
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.is_nested:
             raise NotImplementedError("shapejit.MultiheadAttention: {} is a nested tensor (torch.nested), which the "
-                                      "in-projection does not take: pass a padded tensor (nested.to_padded_tensor(0.0)) "
-                                      "with a key_padding_mask, or use torch.nn.MultiheadAttention".format(name))
+                                      "in-projection does not take: pass a padded tensor "
+                                      "(nested.to_padded_tensor(0.0)) with a key_padding_mask, or use "
+                                      "torch.nn.MultiheadAttention".format(name))
     batched = query.dim() == 3
     if not batched and query.dim() != 2:
         raise AssertionError("shapejit.MultiheadAttention: query must be 2-D (unbatched) or 3-D (batched), but is "

@@ -279,8 +279,9 @@ GROUP_ERRORS = {
     "last offset past the indices (engine)": (dict(offsets={1: [0, 5]}), RuntimeError, 1,
                                               r"offsets\[-1\] can not be greater than input's length 2"),
     "quantized index out of range (engine)": (dict(indices={2: [10]}), RuntimeError, 2, r"indices\[0\] = 10 is out"),
-    "per_sample_weights of another dtype (op)": (dict(psw={1: torch.ones(2)}), RuntimeError, 1,
-                                                 r"per_sample_weights must have the weight's dtype Half, but got Float"),
+    "per_sample_weights of another dtype (op)": (
+        dict(psw={1: torch.ones(2)}), RuntimeError, 1,
+        r"per_sample_weights must have the weight's dtype Half, but got Float"),
     "quantized per_sample_weights float64 (op)": (dict(psw={2: torch.ones(1, dtype=torch.float64)}), RuntimeError,
                                                   2, r"per_sample_weights must be float32, float16 or bfloat16, but "
                                                      r"got Double"),
