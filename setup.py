@@ -51,6 +51,21 @@ def progress_terminal():
         return None
 
 
+def torch_requirement():
+    """The torch this build runs against, as a requirement of the wheel: the extension links
+    torch's C++ libraries, whose ABI holds within a minor release only, so a wheel built against
+    torch X.Y requires torch==X.Y.* (any patch release and build, e.g. +cpu). Without torch
+    (an sdist built elsewhere) it is plain "torch"."""
+    try:
+        import torch
+    except ImportError:
+        return "torch"
+    release = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    if not release:
+        raise RuntimeError("cannot read torch's version {!r} as X.Y...".format(torch.__version__))
+    return "torch=={}.{}.*".format(release.group(1), release.group(2))
+
+
 def run(command, cwd=None):
     """Runs command, its output going to ours (pip -v shows it); each Ninja step "[k/n] ..." is
     also shown on one line of the terminal, when there is one."""
@@ -140,6 +155,7 @@ if __name__ == "__main__":
     os.makedirs(SCRATCH, exist_ok=True)  # egg_info wants its base to exist (pip runs us in ROOT)
     setup(
         version=read_version(),
+        install_requires=[torch_requirement()],
         package_dir={"": "python"},
         packages=["shapejit"],  # every module of python/shapejit, as cmake --install ships
         ext_modules=[Extension(EXTENSION, sources=[])],

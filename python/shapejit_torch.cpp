@@ -64,7 +64,8 @@ FloatTableCall float_table_call(const char* op, const at::Tensor& weight, const 
   check_cpu(weight, "weight");
   TORCH_CHECK(mode >= SHAPEJIT_SUM && mode <= SHAPEJIT_MAX, op, ": mode must be 0 (sum), 1 (mean) or 2 (max), but got ",
               mode);
-  FloatTableCall c{table_of(weight), bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset), {}};
+  FloatTableCall c{table_of(weight), bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset,
+                                                    IndexDtypes::kPromotedLikeAten), {}};
   TORCH_CHECK(!c.in.psw.defined() || c.in.psw.scalar_type() == weight.scalar_type(), op,
               ": per_sample_weights must have the weight's dtype ", weight.scalar_type(), ", but got ",
               c.in.psw.scalar_type());
@@ -135,15 +136,18 @@ auto run_table_group(const char* op, at::TensorList weights, at::TensorList indi
   quantized_calls.reserve(n);
   std::vector<shapejit_embedding_bag_ex_args> args;
   for (size_t k = 0; k < n; ++k) {
+    // Table k's errors name it as the engine's do (bags[k], see bag_error_detail).
+    const std::string label = kOp + ": bags[" + std::to_string(k) + "]";
+    const char* what = label.c_str();
     const int64_t b = bits.empty() ? 0 : bits[k];
     const c10::optional<at::Tensor> mapping = mappings.empty() ? c10::nullopt : mappings.get(k);
     if (b == 0) {
-      TORCH_CHECK(!mapping.has_value(), kOp, ": table ", k, " is a float table, which takes no compressed_indices_mapping");
-      float_calls.push_back(float_table_call(kOp.c_str(), weights[k], indices[k], offsets.get(k), modes[k],
+      TORCH_CHECK(!mapping.has_value(), what, ": a float table takes no compressed_indices_mapping");
+      float_calls.push_back(float_table_call(what, weights[k], indices[k], offsets.get(k), modes[k],
                                              per_sample_weights.get(k), include_last_offset.get(k), padding_idx.get(k)));
       args.push_back(float_calls.back().ex);
     } else {
-      quantized_calls.push_back(quantized_call(kOp.c_str(), weights[k], b, indices[k], offsets.get(k), modes[k],
+      quantized_calls.push_back(quantized_call(what, weights[k], b, indices[k], offsets.get(k), modes[k],
                                                per_sample_weights.get(k), padding_idx.get(k), include_last_offset.get(k),
                                                mapping, /*offsets_as_lengths=*/true, at::kFloat, c10::nullopt));
       args.push_back(quantized_calls.back().ex);

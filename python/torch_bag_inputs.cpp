@@ -17,12 +17,18 @@ namespace shapejit::torch_ext {
 
 namespace {
 
-// 0, L, 2L, ... for indices [B, L], of the indices' dtype (other dtypes: the same through ATen, for
-// the error the engine then gives about the indices' dtype).
+bool is_index_type(at::ScalarType t) { return t == at::kLong || t == at::kInt; }
+
+// Indices and offsets are int32 or int64, each on its own (the engine reads either); ATen's rule.
+void check_index_type(const char* op, const at::Tensor& t, const char* name, const char* why) {
+  TORCH_CHECK(is_index_type(t.scalar_type()), op, ": ", name, " must be int32 or int64", why, ", but got ",
+              t.scalar_type());
+}
+
+// 0, L, 2L, ... for indices [B, L] (int32 or int64), of the indices' dtype.
 at::Tensor fixed_length_offsets(const at::Tensor& indices) {
   const int64_t bags = indices.size(0), len = indices.size(1);
   const at::ScalarType type = indices.scalar_type();
-  if (type != at::kLong && type != at::kInt) return at::arange(bags, indices.options()).mul_(len);
   at::Tensor offsets = at::detail::empty_cpu({bags}, type);
   if (type == at::kLong) {
     int64_t* o = offsets.data_ptr<int64_t>();
@@ -34,10 +40,26 @@ at::Tensor fixed_length_offsets(const at::Tensor& indices) {
   return offsets;
 }
 
+// torch.embedding_bag (torch 2.13; test_index_dtypes.py holds us to it) converts indices and
+// offsets to their promoted dtype (torch.result_type) and then requires int32 or int64: int8/int16/uint8/bool indices pass with
+// int32/int64 offsets, and the index results take the promoted dtype. A pair already of int32
+// and int64 is left as it is (the engine reads both and gives ATen's result dtypes).
+void promote_like_aten(const char* op, BagInputs& in) {
+  const at::ScalarType ti = in.indices.scalar_type(), to = in.offsets.scalar_type();
+  if (is_index_type(ti) && is_index_type(to)) return;
+  const at::ScalarType common = at::result_type(in.indices, in.offsets);
+  TORCH_CHECK(is_index_type(common), op, ": indices (", ti, ") and offsets (", to, ") promote to ", common,
+              ", but torch.embedding_bag takes indices and offsets whose promoted dtype is int32 or int64 (e.g. int8, "
+              "int16, uint8 or bool indices with int32 or int64 offsets)");
+  in.indices = in.indices.to(common);
+  in.offsets = in.offsets.to(common);
+}
+
 }  // namespace
 
 BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optional<at::Tensor>& offsets,
-                     const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset) {
+                     const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+                     IndexDtypes index_dtypes) {
   check_cpu(indices, "indices");
   BagInputs in;
   // The 2-D form: row b of indices [B, L] is bag b, so the offsets are 0, L, 2L, ...
@@ -45,6 +67,8 @@ BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optio
     TORCH_CHECK(!offsets.has_value(), op, ": indices is 2-D [bags, bag_len], so offsets must be None (ATen's "
                                           "result with both is undefined)");
     TORCH_CHECK(!include_last_offset, op, ": include_last_offset must be False with 2-D indices");
+    // No promotion: the offsets are made of the indices' dtype (as F.embedding_bag makes them).
+    check_index_type(op, indices, "indices", " (2-D indices make offsets of their own dtype)");
     // The engine reads a pointer and a count, so a contiguous [B, L] tensor serves as it is; the
     // offsets are filled in place. Both skip the dispatcher (reshape, arange, mul_), which cost
     // about 5 us a call, more than a small bag's kernel (a 26-table group: 290 -> 154 us).
@@ -58,6 +82,11 @@ BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optio
     TORCH_CHECK(offsets->dim() == 1, op, ": offsets must be 1-D, but got a ", offsets->dim(), "-D tensor");
     in.indices = indices.contiguous();
     in.offsets = offsets->contiguous();
+    if (index_dtypes == IndexDtypes::kPromotedLikeAten) promote_like_aten(op, in);
+    const char* why =
+        index_dtypes == IndexDtypes::kPromotedLikeAten ? "" : " (torch's quantized embedding-bag ops promote neither)";
+    check_index_type(op, in.indices, "indices", why);
+    check_index_type(op, in.offsets, "offsets", why);
   }
   if (per_sample_weights.has_value()) {
     check_cpu(*per_sample_weights, "per_sample_weights");
@@ -168,6 +197,18 @@ std::vector<rt::EmbagCallPlan> plan_output_group(std::span<const shapejit_embedd
   return plans;
 }
 
+// An engine error of a group names the call as "embedding_bags: calls[k]: <rule>"
+// (runtime/embedding_bag.hpp); the group ops' entry k is bags[k] of EmbeddingBagGroup, so their
+// messages say "bags[k]: <rule>", as their argument checks do.
+[[noreturn]] void raise_group_failure(const Error& e, const char* what) {
+  static constexpr char kCall[] = "embedding_bags: calls[";
+  const char* detail = e.what();
+  const std::string named = std::strncmp(detail, kCall, sizeof kCall - 1) == 0
+                                ? std::string("bags[") + (detail + sizeof kCall - 1)
+                                : std::string(detail);
+  raise_failure(static_cast<shapejit_status>(e.status()), named.c_str(), what);
+}
+
 }  // namespace
 
 std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
@@ -183,7 +224,7 @@ std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_e
     }
     rt::run_embedding_bags(plans, outs);
   } catch (const Error& e) {
-    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+    raise_group_failure(e, what);
   }
   return results;
 }
@@ -201,11 +242,12 @@ at::Tensor run_bags_concat_output(std::span<const shapejit_embedding_bag_ex_args
     const std::vector<rt::EmbagCallPlan> plans = plan_output_group(calls, columns);
     const shapejit_embedding_bag_shapes& first = plans.front().shapes;
     for (size_t k = 1; k < plans.size(); ++k) {
-      TORCH_CHECK(plans[k].shapes.output_rows == first.output_rows, "shapejit.", what, ": table ", k, " has ",
-                  plans[k].shapes.output_rows, " bags but table 0 has ", first.output_rows,
+      TORCH_CHECK(plans[k].shapes.output_rows == first.output_rows, "shapejit.", what, ": bags[", k, "] has ",
+                  plans[k].shapes.output_rows, " bags but bags[0] has ", first.output_rows,
                   " (the outputs are concatenated along dim 1, so every table needs the same number of bags)");
-      TORCH_CHECK(plans[k].out == plans.front().out, "shapejit.", what, ": table ", k, "'s output dtype differs from ",
-                  "table 0's (the outputs are concatenated into one tensor)");
+      TORCH_CHECK(plans[k].out == plans.front().out, "shapejit.", what, ": bags[", k, "]'s output dtype ",
+                  output_type(plans[k]), " differs from bags[0]'s ", output_type(plans.front()),
+                  " (the outputs are concatenated into one tensor)");
     }
     result = empty_cpu({first.output_rows, columns}, output_type(plans.front()));
     std::vector<rt::EmbagOutputs> outs(calls.size());
@@ -217,7 +259,7 @@ at::Tensor run_bags_concat_output(std::span<const shapejit_embedding_bag_ex_args
     }
     rt::run_embedding_bags(plans, outs);
   } catch (const Error& e) {
-    raise_failure(static_cast<shapejit_status>(e.status()), e.what(), what);
+    raise_group_failure(e, what);
   }
   return result;
 }

@@ -25,11 +25,17 @@ struct BagInputs {
   at::Tensor indices, offsets, psw, psw_given;
 };
 
+/// How an op takes index and offset dtypes other than int32/int64. kPromotedLikeAten:
+/// torch.embedding_bag's rule (both converted to their promoted dtype, which must be int32 or
+/// int64); kInt32OrInt64: torch's quantized ops' rule (each must be int32 or int64).
+enum class IndexDtypes { kPromotedLikeAten, kInt32OrInt64 };
+
 /// Checks and normalises indices, offsets and per_sample_weights. 2-D indices [B, L] need
 /// offsets None and mean offsets 0, L, 2L, ... (include_last_offset must then be false).
 /// `op` names the operator in messages.
 BagInputs bag_inputs(const char* op, const at::Tensor& indices, const c10::optional<at::Tensor>& offsets,
-                     const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset);
+                     const c10::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+                     IndexDtypes index_dtypes);
 
 /// The fields of a call that come from BagInputs and the scalar arguments (the table's are left
 /// to the caller).

@@ -35,7 +35,8 @@ void resize_engine(int n, const char* what) { check_status(shapejit_set_num_thre
 // Under change_mutex: gives the engine torch's count unless a count was set explicitly meanwhile.
 void apply_torch_threads_locked(int torch_threads) {
   if (followed.load(std::memory_order_relaxed) == kExplicit) return;
-  resize_engine(std::clamp(torch_threads, 1, rt::kMaxEngineThreads), "follow_torch_threads");
+  // torch may run more threads than CPUs; the engine's arena cannot (rt::runnable_threads).
+  resize_engine(std::clamp(torch_threads, 1, rt::runnable_threads()), "follow_torch_threads");
   followed.store(torch_threads, std::memory_order_relaxed);
 }
 
@@ -61,13 +62,20 @@ c10::Dict<std::string, int64_t> kernel_cache_stats() {
   return d;
 }
 
-// The engine's arena size now: the explicit count, or torch's as of the latest shapejit op.
+// The engine's arena size now: the explicit count, or torch's as of the latest shapejit op
+// (capped at max_num_threads()).
 int64_t get_num_threads() { return shapejit_get_num_threads(); }
+
+// The largest count the engine can run at once (rt::runnable_threads).
+int64_t max_num_threads() { return rt::runnable_threads(); }
 
 // n > 0 fixes the engine's count; 0 returns to following torch (applied at once).
 void set_num_threads(int64_t n) {
-  TORCH_CHECK(n >= 0 && n <= rt::kMaxEngineThreads, "shapejit.set_num_threads: n = ", n, " is outside [0, ",
-              rt::kMaxEngineThreads, "] (0 follows torch.get_num_threads(), n > 0 fixes n threads)");
+  TORCH_CHECK(n >= 0, "shapejit.set_num_threads: n = ", n,
+              " is negative (0 follows torch.get_num_threads(), n > 0 fixes n threads)");
+  TORCH_CHECK(n <= rt::runnable_threads(), "shapejit.set_num_threads: n = ", n, " exceeds the ",
+              rt::runnable_threads(), " threads the engine can run at once (shapejit.max_num_threads(): the CPUs "
+              "this process may use, as oneTBB counts them)");
   std::lock_guard lock(change_mutex);
   if (n > 0) {
     resize_engine(static_cast<int>(n), "set_num_threads");
@@ -95,6 +103,7 @@ void register_engine_ops(torch::Library& m) {
   m.def("kernel_cache_stats() -> Dict(str, int)", &kernel_cache_stats);
   m.def("get_num_threads() -> int", &get_num_threads);
   m.def("set_num_threads(int n) -> ()", &set_num_threads);
+  m.def("max_num_threads() -> int", &max_num_threads);
 }
 
 }  // namespace shapejit::torch_ext

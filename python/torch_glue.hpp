@@ -41,6 +41,15 @@ inline shapejit_dtype to_shapejit_dtype(const at::Tensor& t, const char* name) {
   return to_shapejit_dtype(t.scalar_type(), name);
 }
 
+/// The shapejit dtype of a floating-point tensor (a table, weights, an output), or an error naming
+/// `op`, the argument and its dtype.
+inline shapejit_dtype to_float_dtype(const at::Tensor& t, const char* name, const char* op) {
+  const at::ScalarType type = t.scalar_type();
+  TORCH_CHECK(type == at::kFloat || type == at::kHalf || type == at::kBFloat16, op, ": ", name, " must be float32, "
+              "float16 or bfloat16, but got ", type);
+  return to_shapejit_dtype(type, name);
+}
+
 /// The PyTorch dtype of a shapejit dtype.
 inline at::ScalarType to_scalar_type(shapejit_dtype t) {
   switch (t) {

@@ -143,7 +143,8 @@ QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t b
                              bool offsets_as_lengths, c10::optional<at::ScalarType> output_dtype,
                              c10::optional<int64_t> dim) {
   const shapejit_dtype qtype = rowwise_dtype(bits, op);
-  QuantizedCall c{packed_table_of(weight, op), {}, bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset),
+  QuantizedCall c{packed_table_of(weight, op), {}, bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset,
+                                           IndexDtypes::kInt32OrInt64),
                   {}};
   const int64_t width = c.table.size(1);
   const int64_t d = dim.has_value() ? *dim : dim_of_width(qtype, width, op);
@@ -172,7 +173,8 @@ QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t b
 
   shapejit_embedding_bag_ex_init(&c.ex, &call);
   c.ex.output_dtype = to_shapejit_dtype(out_type, "output_dtype");
-  c.ex.per_sample_weights_dtype = c.in.psw.defined() ? to_shapejit_dtype(c.in.psw, "per_sample_weights") : SHAPEJIT_F32;
+  c.ex.per_sample_weights_dtype =
+      c.in.psw.defined() ? to_float_dtype(c.in.psw, "per_sample_weights", op) : SHAPEJIT_F32;
   c.ex.compressed_indices_mapping = c.mapping.defined() ? c.mapping.data_ptr<int32_t>() : nullptr;
   c.ex.mapping_len = c.mapping.defined() ? c.mapping.numel() : 0;
   c.ex.offsets_as_lengths = offsets_as_lengths;

@@ -113,6 +113,8 @@ int default_num_threads() {
   return n;
 }
 
+int runnable_threads() { return std::clamp(g_tbb_concurrency_at_load, 1, kMaxEngineThreads); }
+
 void set_engine_threads(int n) {
   if (n > kMaxEngineThreads)
     throw Error(Status::kInvalidArgument, "set_num_threads: n = " + std::to_string(n) +

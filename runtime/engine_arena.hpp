@@ -20,6 +20,12 @@ inline constexpr int kMaxEngineThreads = 1024;
 /// mask, asked of the OS: oneTBB is not consulted, so the query cannot fail).
 int default_num_threads();
 
+/// The most threads an engine arena runs at once: oneTBB's default concurrency (the CPUs of the
+/// process's affinity mask as oneTBB read them at load time), capped at kMaxEngineThreads. oneTBB
+/// gives a larger arena no more workers than that (and warns once on stderr), so the PyTorch
+/// extension refuses an explicit count above it and caps the count it follows from torch.
+int runnable_threads();
+
 /// Resizes the engine (n <= 0 restores the default). Safe while other threads run calls: they
 /// finish in the arena they entered, which lives until its last user lets go. Throws
 /// Error(kInvalidArgument) when n > kMaxEngineThreads.

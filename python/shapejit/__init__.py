@@ -30,7 +30,7 @@ linear_group_run = torch.ops.shapejit.linear_group_run
 from . import quantized  # noqa: E402  (needs the operators registered above)
 from .modules import EmbeddingBag, EmbeddingBagGroup, QuantizedEmbeddingBag  # noqa: E402
 from .linear import InProjection, in_projection, linear_group  # noqa: E402
-from .engine import get_num_threads, isa, kernel_cache_stats, set_num_threads  # noqa: E402
+from .engine import get_num_threads, isa, kernel_cache_stats, max_num_threads, set_num_threads  # noqa: E402
 
 # Follow torch's thread count from the start, so get_num_threads() agrees with torch before the
 # first call too (each call re-reads torch's count).
@@ -40,8 +40,8 @@ set_num_threads(0)
 __version__ = torch.ops.shapejit.version()
 
 __all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "EmbeddingBagGroup", "QuantizedEmbeddingBag", "InProjection",
-           "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "set_num_threads",
-           "isa", "kernel_cache_stats"]
+           "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "max_num_threads",
+           "set_num_threads", "isa", "kernel_cache_stats"]
 
 from .attention import MultiheadAttention  # noqa: E402
 from .optimize import optimize  # noqa: E402

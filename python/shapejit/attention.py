@@ -54,7 +54,9 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         self._group_batch_first = self.batch_first
         weights, bias = self._in_weights(), self.in_proj_bias
         if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in weights):
-            weights = [torch.zeros(3 * e, 1)] if self._qkv_same_embed_dim else [torch.zeros(e, 1)] * 3
+            # float32 whatever torch's default dtype is: the group takes float32 weights only.
+            stand_in = torch.zeros(3 * e if self._qkv_same_embed_dim else e, 1, dtype=torch.float32)
+            weights = [stand_in] if self._qkv_same_embed_dim else [stand_in] * 3
             bias = None
         rows = [e, e, e] if self._qkv_same_embed_dim else []
         return torch.classes.shapejit.LinearGroup([w.detach() for w in weights],
@@ -217,6 +219,14 @@ def _pad_masks(attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor]
 def _check_dims(query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Optional[Tensor],
                 attn_mask: Optional[Tensor], num_heads: int) -> bool:
     """torch 1.13's dimension rules (AssertionError, as torch raises); True for batched input."""
+    # A nested tensor has no sizes (query.dim() works, query.shape raises torch's internal error):
+    # refuse it first, naming the argument. torch takes one only in its eval-mode fast path.
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.is_nested:
+            raise NotImplementedError("shapejit.MultiheadAttention: {} is a nested tensor (torch.nested), which the "
+                                      "in-projection does not take: pass a padded tensor "
+                                      "(nested.to_padded_tensor(0.0)) with a key_padding_mask, or use "
+                                      "torch.nn.MultiheadAttention".format(name))
     batched = query.dim() == 3
     if not batched and query.dim() != 2:
         raise AssertionError("shapejit.MultiheadAttention: query must be 2-D (unbatched) or 3-D (batched), but is "

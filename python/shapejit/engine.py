@@ -6,7 +6,9 @@ Threads: by default the engine follows PyTorch. Every shapejit op first compares
 torch.get_num_threads() with the count it last applied and resizes the engine's thread arena when
 they differ, so torch.set_num_threads(k) takes effect from the next shapejit call on.
 set_num_threads(n) with n > 0 fixes the count at n, whatever torch uses; set_num_threads(0)
-returns to following torch.
+returns to following torch. The count is at most max_num_threads(), the CPUs the process may use
+(as oneTBB counts them: its threads cannot outnumber them): an explicit larger n is refused, and
+a larger torch count is followed as max_num_threads().
 """
 import torch
 
@@ -33,13 +35,19 @@ def kernel_cache_stats():
 
 def get_num_threads():
     """The engine's thread count now: n after set_num_threads(n > 0); otherwise the value of
-    torch.get_num_threads() that the latest shapejit call picked up (a torch.set_num_threads
+    torch.get_num_threads() that the latest shapejit call picked up (at most max_num_threads()) (a torch.set_num_threads
     made since then applies at the next call). 1 means calls run on the calling thread."""
     return _ops.get_num_threads()
 
 
+def max_num_threads():
+    """The most threads the engine runs at once: the CPUs this process may use (its affinity
+    mask, as oneTBB counts them), at most 1024."""
+    return _ops.max_num_threads()
+
+
 def set_num_threads(n):
     """n > 0: the engine uses n threads from now on, whatever torch.set_num_threads says.
-    n == 0: the engine follows torch.get_num_threads() again (applied at once, then at every call).
-    Raises RuntimeError for n < 0 or n above the engine's limit of 1024."""
+    n == 0: the engine follows torch.get_num_threads() again (applied at once, then at every call),
+    capped at max_num_threads(). Raises RuntimeError for n < 0 or n > max_num_threads()."""
     _ops.set_num_threads(int(n))

@@ -148,7 +148,7 @@ class EmbeddingBagGroup(torch.nn.Module):
     """Many embedding bags in one engine call (a model's tables): forward takes one input (with its
     offsets and per_sample_weights) per bag and returns one output per bag, each bitwise what that
     bag returns alone, but validated together (no output is computed when any bag's arguments are
-    wrong; the error names the bag, calls[k]) and run in one parallel region, so many small bags
+    wrong; every error names the bag, bags[k]) and run in one parallel region, so many small bags
     share the threads; concat returns them side by side. Built from torch.nn.EmbeddingBag modules
     (or shapejit.EmbeddingBag ones), shapejit.QuantizedEmbeddingBag modules and
     torch.ao.nn.quantized.EmbeddingBag modules (converted with QuantizedEmbeddingBag.from_torch),

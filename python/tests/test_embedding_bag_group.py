@@ -79,7 +79,7 @@ def test_errors_name_the_bag(sj):
     good = [torch.tensor([1, 2]), torch.tensor([3, 4])]
     offs = [torch.tensor([0]), torch.tensor([0])]
     with torch.no_grad():
-        with pytest.raises(RuntimeError, match=r"embedding_bags: calls\[1\]: indices\[1\] = 20 is out of range"):
+        with pytest.raises(RuntimeError, match=r"table_bags_output: bags\[1\]: indices\[1\] = 20 is out of range"):
             group([good[0], torch.tensor([3, 20])], offs)
         with pytest.raises(NotImplementedError, match=r"bags\[1\]: per_sample_weights need mode 'sum'"):
             group(good, offs, [None, torch.ones(2)])
@@ -142,15 +142,15 @@ def test_concat_needs_one_bag_count_and_dtype(sj):
     bags = [torch.nn.EmbeddingBag(10, 4), torch.nn.EmbeddingBag(20, 3, mode="max")]
     group = sj.EmbeddingBagGroup(bags)
     with torch.no_grad():
-        with pytest.raises(RuntimeError, match="table 1 has 3 bags but table 0 has 2"):
+        with pytest.raises(RuntimeError, match=r"bags\[1\] has 3 bags but bags\[0\] has 2"):
             group.concat([torch.tensor([1, 2]), torch.tensor([3, 4])], [torch.tensor([0, 1]), torch.tensor([0, 1, 1])])
-        with pytest.raises(RuntimeError, match="table 1's output dtype differs"):
+        with pytest.raises(RuntimeError, match=r"bags\[1\]'s output dtype Half differs from bags\[0\]'s Float"):
             sj.EmbeddingBagGroup([bags[0], bags[1].to(torch.float16)]).concat(
                 [torch.tensor([[1, 2]]), torch.tensor([[3, 4]])])
         with pytest.raises(ValueError, match="no bags to concatenate"):
             sj.EmbeddingBagGroup([]).concat([])
         assert sj.EmbeddingBagGroup([])([]) == []
-        with pytest.raises(RuntimeError, match=r"calls\[1\]: indices\[0\] = 20 is out of range"):
+        with pytest.raises(RuntimeError, match=r": bags\[1\]: indices\[0\] = 20 is out of range"):
             group.concat([torch.tensor([[1, 2]]), torch.tensor([[20, 4]])])
 
 
@@ -264,5 +264,58 @@ def test_quantized_group_errors_name_the_bag(sj):
             group([torch.tensor([[1]]), torch.tensor([1, 2])])
         with pytest.raises(ValueError, match=r"bags\[0\]: a float table takes no compressed_indices_mapping"):
             group([torch.tensor([[1]]), torch.tensor([[1]])], None, None, [torch.tensor([0], dtype=torch.int32), None])
-        with pytest.raises(RuntimeError, match=r"calls\[1\]: indices\[0\] = 10 is out of range"):
+        with pytest.raises(RuntimeError, match=r": bags\[1\]: indices\[0\] = 10 is out of range"):
             group([torch.tensor([[1]]), torch.tensor([[10]])])
+
+
+# Every kind of error a group call can meet, each made in bag 1 or 2 of [float16, float16, 8-bit]
+# and named "bags[k]" whichever layer finds it: the module's argument building (ValueError,
+# NotImplementedError), the op's argument checks (dtypes, before the engine sees the call) and
+# the engine's validation and index checks.
+GROUP_ERRORS = {
+    "indices out of range (engine)": (dict(indices={1: [1, 99]}), RuntimeError, 1,
+                                      r"indices\[1\] = 99 is out of range for a table of 10 rows"),
+    "first offset not 0 (engine)": (dict(offsets={1: [1]}), RuntimeError, 1, r"offsets\[0\] has to be 0"),
+    "last offset past the indices (engine)": (dict(offsets={1: [0, 5]}), RuntimeError, 1,
+                                              r"offsets\[-1\] can not be greater than input's length 2"),
+    "quantized index out of range (engine)": (dict(indices={2: [10]}), RuntimeError, 2, r"indices\[0\] = 10 is out"),
+    "per_sample_weights of another dtype (op)": (
+        dict(psw={1: torch.ones(2)}), RuntimeError, 1,
+        r"per_sample_weights must have the weight's dtype Half, but got Float"),
+    "quantized per_sample_weights float64 (op)": (dict(psw={2: torch.ones(1, dtype=torch.float64)}), RuntimeError,
+                                                  2, r"per_sample_weights must be float32, float16 or bfloat16, but "
+                                                     r"got Double"),
+    "float indices (op)": (dict(indices={1: torch.tensor([1.0, 2.0])}), RuntimeError, 1,
+                           r"indices \(Float\) and offsets \(Long\) promote to Float"),
+    "int16 indices and offsets (op)": (dict(indices={1: torch.tensor([1, 2], dtype=torch.int16)},
+                                            offsets={1: torch.tensor([0], dtype=torch.int16)}), RuntimeError, 1,
+                                       r"indices \(Short\) and offsets \(Short\) promote to Short"),
+    "quantized int16 indices (op)": (dict(indices={2: torch.tensor([1], dtype=torch.int16)}), RuntimeError, 2,
+                                     r"indices must be int32 or int64 \(torch's quantized embedding-bag ops promote "
+                                     r"neither\), but got Short"),
+    "2-D offsets (module)": (dict(offsets={1: torch.tensor([[0]])}), ValueError, 1, r"1-D input needs offsets"),
+    "per_sample_weights of another shape (module)": (dict(psw={1: torch.ones(3, dtype=torch.float16)}), ValueError, 1,
+                                                     r"per_sample_weights must have the input's shape"),
+}
+
+
+@pytest.mark.parametrize("kind", list(GROUP_ERRORS))
+def test_every_error_kind_names_the_bag(sj, kind):
+    change, error, k, rule = GROUP_ERRORS[kind]
+    w = torch.arange(40, dtype=torch.float32).reshape(10, 4)
+    bags = [torch.nn.EmbeddingBag.from_pretrained(w.half(), mode="sum"),
+            torch.nn.EmbeddingBag.from_pretrained(w.half(), mode="sum"),
+            sj.QuantizedEmbeddingBag(sj.quantized.embedding_bag_byte_prepack(w), 8)]
+    group = sj.EmbeddingBagGroup(bags)
+    as_tensor = lambda v: v if isinstance(v, torch.Tensor) else torch.tensor(v)
+    # Unchanged: one bag [1, 2] in each float bag, one bag [1] in the quantized one; the call runs.
+    default_indices, default_offsets = [[1, 2], [1, 2], [1]], [[0], [0], [0]]
+    group([torch.tensor(v) for v in default_indices], [torch.tensor(v) for v in default_offsets])
+    indices = [as_tensor(change.get("indices", {}).get(j, default_indices[j])) for j in range(3)]
+    offsets = [as_tensor(change.get("offsets", {}).get(j, default_offsets[j])) for j in range(3)]
+    psw = [change.get("psw", {}).get(j) for j in range(3)]
+    with pytest.raises(error, match=r"bags\[{}\]: .*{}".format(k, rule)):
+        group(indices, offsets, psw)
+    if k < 2:  # concat: the float16 bags alone (the quantized bag's output is float32)
+        with pytest.raises(error, match=r"bags\[{}\]: .*{}".format(k, rule)):
+            sj.EmbeddingBagGroup(bags[:2]).concat(indices[:2], offsets[:2], psw[:2])

@@ -36,6 +36,14 @@ def test_version_is_the_header_and_setup_version(sj):
     assert setup_version == expected, "setup.py reads {}, version.h says {}".format(setup_version, expected)
 
 
+def test_a_wheel_requires_the_torch_minor_release_it_was_built_against():
+    # setup.py's torch_requirement goes into the wheel's Requires-Dist (tools/check_wheel.sh
+    # reads it there): the extension links torch's C++ ABI, which holds within X.Y only.
+    requirement = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_for_tests")["torch_requirement"]()
+    major, minor = re.match(r"(\d+)\.(\d+)", torch.__version__).groups()
+    assert requirement == "torch=={}.{}.*".format(major, minor)
+
+
 def jitdump_path():
     """SHAPEJIT_JITDUMP, else jitdump on PATH, else the repository's build/ (None when none is)."""
     candidates = (os.environ.get("SHAPEJIT_JITDUMP"), shutil.which("jitdump"), ROOT / "build" / "tools" / "jitdump")
@@ -92,22 +100,26 @@ def small_call(sj):
 
 
 def test_threads_follow_torch_unless_set(sj, torch_threads):
+    cap = sj.max_num_threads()  # torch may run more threads than the engine can: followed as cap
     sj.set_num_threads(0)
-    assert sj.get_num_threads() == torch.get_num_threads()  # set_num_threads(0) follows at once
-    for k in (3, 1, 2):
+    assert sj.get_num_threads() == min(torch.get_num_threads(), cap)  # set_num_threads(0) follows at once
+    for k in (3, 1, 2, cap + 1):
         torch.set_num_threads(k)
         small_call(sj)  # every op picks up torch's count before it runs
-        assert sj.get_num_threads() == k, "torch.set_num_threads({}) did not reach the engine".format(k)
-    sj.set_num_threads(5)  # explicit: torch no longer matters
-    assert sj.get_num_threads() == 5
+        assert sj.get_num_threads() == min(k, cap), "torch.set_num_threads({}) did not reach the engine".format(k)
+    sj.set_num_threads(cap)  # explicit: torch no longer matters
+    assert sj.get_num_threads() == cap
+    torch.set_num_threads(cap + 1)
+    small_call(sj)
+    assert sj.get_num_threads() == cap
     torch.set_num_threads(1)
     small_call(sj)
-    assert sj.get_num_threads() == 5
+    assert sj.get_num_threads() == cap
     sj.set_num_threads(0)  # back to following, at once and at every call
     assert sj.get_num_threads() == 1
     torch.set_num_threads(2)
     small_call(sj)
-    assert sj.get_num_threads() == 2
+    assert sj.get_num_threads() == min(2, cap)
 
 
 def test_linear_group_follows_torch_threads(sj, torch_threads):
@@ -116,13 +128,40 @@ def test_linear_group_follows_torch_threads(sj, torch_threads):
     for k in (3, 1):
         torch.set_num_threads(k)
         sj.linear_group_run(group, [torch.randn(2, 3)])
-        assert sj.get_num_threads() == k, "linear_group_run did not follow torch.set_num_threads({})".format(k)
+        assert sj.get_num_threads() == min(k, sj.max_num_threads()), \
+            "linear_group_run did not follow torch.set_num_threads({})".format(k)
 
 
-@pytest.mark.parametrize("n", [-1, 1025])
-def test_set_num_threads_rejects_counts_outside_the_range(sj, n):
-    with pytest.raises(RuntimeError, match=r"set_num_threads: n = {} is outside \[0, 1024\]".format(n)):
+def test_max_num_threads_is_the_cpus_oneTBB_runs_on(sj):
+    # oneTBB counts the CPUs of the process's affinity mask, as os.sched_getaffinity does.
+    assert sj.max_num_threads() == min(len(os.sched_getaffinity(0)), 1024)
+
+
+def test_set_num_threads_rejects_a_negative_count(sj):
+    with pytest.raises(RuntimeError, match=r"set_num_threads: n = -1 is negative"):
+        sj.set_num_threads(-1)
+
+
+@pytest.mark.parametrize("over", [1, 1000])
+def test_set_num_threads_rejects_more_threads_than_the_engine_runs(sj, torch_threads, over):
+    sj.set_num_threads(1)
+    cap = sj.max_num_threads()
+    n = cap + over
+    with pytest.raises(RuntimeError, match=r"set_num_threads: n = {} exceeds the {} threads the engine can run at "
+                                           r"once".format(n, cap)):
         sj.set_num_threads(n)
+    assert sj.get_num_threads() == 1  # a refused count changes nothing
+
+
+def test_a_large_thread_count_runs_without_a_oneTBB_warning(sj, torch_threads, capfd):
+    # torch.set_num_threads above the CPUs: the engine's arena stays at max_num_threads(), so
+    # oneTBB has no request for workers it cannot give (its warning is printed on stderr).
+    sj.set_num_threads(0)
+    torch.set_num_threads(sj.max_num_threads() + 7)
+    weight, indices = torch.randn(1000, 64), torch.randint(0, 1000, (20000,))
+    out = sj.embedding_bag(weight, indices, torch.arange(0, 20000, 10), mode=0)[0]
+    assert out.shape == (2000, 64)
+    assert "TBB Warning" not in capfd.readouterr().err
 
 
 def test_installed_package_loads_its_own_files(sj):
