@@ -49,7 +49,7 @@ class Report:
             lines.append("  skipped {} ({}): {}".format(s.name or "<model>", s.kind, s.reason))
         for g in self.groups:
             lines.append("  grouped {} as {}{}{}".format(", ".join(g.members), g.name,
-                                                         " (concatenated, torch.cat dropped)" if g.concat else "",
+                                                         " (concatenated in place of their torch.cat run)" if g.concat else "",
                                                          ": " + g.note if g.note else ""))
         if self.grouping:
             lines.append("  bags not grouped: " + self.grouping)
