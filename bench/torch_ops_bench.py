@@ -3,7 +3,10 @@
 torch.embedding_bag, and shapejit.EmbeddingBag beside nn.EmbeddingBag, in one process; then a
 model's tables: one nn.EmbeddingBag call per table, one shapejit.EmbeddingBag call per table, and
 one shapejit.EmbeddingBagGroup call for all of them, then the outputs concatenated (torch.cat of
-the nn.EmbeddingBag outputs against EmbeddingBagGroup.concat) (--groups).
+the nn.EmbeddingBag outputs against EmbeddingBagGroup.concat) (--groups). Opt-in sections
+(--sections): dlrm, a DLRM-style model eager against shapejit.optimize (dlrm_bench.py), and tbe,
+its 26 tables through torch's per-table ops, shapejit's group and fbgemm_gpu's CPU table-batched
+ops (tbe_peers_bench.py; skipped with the reason without fbgemm_gpu).
 
 Every case times each implementation in interleaved rounds (round r runs A's batch, then B's,
 then the other pair's), each batch a run of back-to-back calls; a figure is the minimum over the
@@ -13,6 +16,7 @@ wrong answer cannot pass.
 
     /usr/bin/python3 bench/torch_ops_bench.py                  # the issue's grid, 1 thread
     /usr/bin/python3 bench/torch_ops_bench.py --dims 64 --rounds 11 --markdown
+    python bench/torch_ops_bench.py --sections dlrm,tbe --markdown   # min / median, 1 and 2 threads
 
 Needs the extension: an installed shapejit, or PYTHONPATH=python with build/python/ built.
 """
