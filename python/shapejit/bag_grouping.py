@@ -38,7 +38,8 @@ class ConcatenatedEmbeddingBagGroup(EmbeddingBagGroup):
 
 _BAG_TYPES = (EmbeddingBag, QuantizedEmbeddingBag)
 _LEAF_TYPES = _BAG_TYPES + (MultiheadAttention, EmbeddingBagGroup)
-_CATS = (torch.cat, torch.concat, torch.concatenate)
+# torch.cat and its aliases (torch.concatenate is newer than torch 1.13).
+_CATS = tuple(getattr(torch, name) for name in ("cat", "concat", "concatenate") if hasattr(torch, name))
 # Nodes a user of a bag may be moved past (they read, never write, and have no effects).
 _REORDERABLE_FUNCTIONS = (operator.getitem, getattr)
 
