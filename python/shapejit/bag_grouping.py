@@ -135,7 +135,7 @@ class _Planner:
 
     def __init__(self, gm: GraphModule):
         self.gm = gm
-        modules = dict(gm.named_modules())
+        self.modules = modules = dict(gm.named_modules())
         self.calls: Dict[Node, _Call] = {}
         for node in gm.graph.nodes:
             if node.op == "call_module" and _groupable(modules[node.target]) is None:
@@ -146,6 +146,11 @@ class _Planner:
         self.deps = _bag_ancestors(gm.graph)
         self.position = {node: i for i, node in enumerate(gm.graph.nodes)}
         self.notes: Dict[Node, str] = {}   # a bag call -> why its output could not join a concat
+
+    def writes_between(self, first: Node, last: Node) -> bool:
+        """Whether a node after `first` and before `last` may write a tensor in place."""
+        lo, hi = self.position[first], self.position[last]
+        return any(lo < self.position[n] < hi and _may_write(n, self.modules) for n in self.gm.graph.nodes)
 
     def independent(self, node: Node, members: Sequence[Node]) -> bool:
         return all(m not in self.deps[node] and node not in self.deps[m] for m in members)
@@ -162,9 +167,15 @@ class _Planner:
             run: List[Node] = []
 
             def close():
-                if len(run) >= 2:
-                    runs.append((node, list(run)))
-                    taken.update(run)
+                if len(run) < 2:
+                    return
+                first = min(run, key=self.position.get)
+                if self.writes_between(first, node):  # the group runs at the cat
+                    for t in run:
+                        self.notes[t] = "an in-place operation runs between the bags and their torch.cat"
+                    return
+                runs.append((node, list(run)))
+                taken.update(run)
             for t in tensors:
                 ok = isinstance(t, Node) and t in self.calls and t not in taken and t not in run
                 if ok and len(t.users) != 1:
@@ -201,10 +212,12 @@ class _Planner:
     def users_to_move(self, members: Sequence[Node]) -> Optional[List[Node]]:
         """The nodes between the first and the last member that read a member's output (they must
         follow the group call, placed at the last member), or None when moving them past the
-        other nodes there could change a result."""
+        other nodes there could change a result (or a node between them writes in place)."""
         first = min(self.position[m] for m in members)
         last = max(self.position[m] for m in members)
         member_set = set(members)
+        if self.writes_between(min(members, key=self.position.get), max(members, key=self.position.get)):
+            return None
         moved, stay = [], []
         for node in self.gm.graph.nodes:
             p = self.position[node]
@@ -217,6 +230,27 @@ class _Planner:
 
     def _movable(self, members: Sequence[Node]) -> bool:
         return self.users_to_move(members) is not None
+
+
+_IN_PLACE_OPERATORS = (operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul,
+                       operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
+                       operator.ior, operator.ixor, operator.ilshift, operator.irshift, operator.imatmul)
+
+
+def _may_write(node: Node, modules) -> bool:
+    """Whether `node` may change a tensor in place (a bag's input or weight): moving a bag call
+    past it could change what the bag reads."""
+    if node.op == "call_method":
+        name = node.target
+    elif node.op == "call_function":
+        if node.target in _IN_PLACE_OPERATORS:
+            return True
+        name = getattr(node.target, "__name__", "")
+    elif node.op == "call_module":
+        return bool(getattr(modules.get(node.target), "inplace", False))
+    else:
+        return False
+    return name.endswith("_") and not name.startswith("__")
 
 
 def _reorderable(node: Node) -> bool:

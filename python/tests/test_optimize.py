@@ -348,3 +348,29 @@ def test_cat_of_bags_alone_disappears(sj):
         assert torch.equal(optimized(x), model(x))
     assert [(g.members, g.concat) for g in report.groups] == [(("tables.0", "tables.1", "tables.2"), True)]
     assert not any(n.target is torch.cat for n in optimized.graph.nodes), optimized.code
+
+
+class WritesInPlace(torch.nn.Module):
+    """An input is changed in place between two bag calls: running the first bag later (as a
+    group would) would read the changed indices."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.EmbeddingBag(20, 4)
+        self.b = torch.nn.EmbeddingBag(20, 4)
+
+    def forward(self, x, y):
+        a = self.a(x)
+        x.add_(1)
+        return torch.cat([a, self.b(y)], 1), self.b(x)
+
+
+def test_in_place_writes_keep_bags_apart(sj):
+    model = WritesInPlace().eval()
+    x, y = torch.randint(0, 19, (3, 2)), torch.randint(0, 20, (3, 2))
+    with torch.no_grad():
+        expected = model(x.clone(), y)
+        optimized, report = sj.optimize(model)
+        actual = optimized(x.clone(), y)
+    assert all(torch.equal(a, e) for a, e in zip(actual, expected))
+    assert all("a" not in g.members for g in report.groups), replay(str(report))
