@@ -56,8 +56,9 @@ class _LeafTracer(Tracer):
 
 
 def has_bag_candidates(model: torch.nn.Module) -> bool:
-    """Whether a submodule (not the model itself) is a bag a group can hold."""
-    return any(_groupable(m) is None for name, m in model.named_modules() if name)
+    """Whether two submodules (not the model itself) are bags a group can hold: with fewer there
+    is nothing to group, and no reason to trace."""
+    return sum(_groupable(m) is None for name, m in model.named_modules(remove_duplicate=False) if name) >= 2
 
 
 def _groupable(module: torch.nn.Module) -> Optional[str]:

@@ -374,3 +374,10 @@ def test_in_place_writes_keep_bags_apart(sj):
         actual = optimized(x.clone(), y)
     assert all(torch.equal(a, e) for a, e in zip(actual, expected))
     assert all("a" not in g.members for g in report.groups), replay(str(report))
+
+
+def test_one_bag_is_not_traced(sj):
+    """Nothing to group: no trace, no note, the swapped model itself."""
+    model = torch.nn.ModuleDict(dict(bag=torch.nn.EmbeddingBag(5, 2)))  # no forward: tracing would fail
+    optimized, report = sj.optimize(model)
+    assert report.grouping == "" and report.groups == [] and type(optimized) is torch.nn.ModuleDict
