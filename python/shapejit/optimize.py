@@ -114,7 +114,8 @@ def optimize(model: torch.nn.Module, inplace: bool = False, group_bags: bool = T
     shapejit module computing the same results, sharing its parameters.
 
     Returns (model, report): with inplace=False (the default) `model` is a deep copy and the
-    argument is untouched; with inplace=True the argument itself is changed and returned.
+    argument is untouched; with inplace=True the argument itself is changed (its modules swapped)
+    and returned, unless bags were grouped: then the GraphModule over its modules is returned.
     Only the exact torch classes are swapped (a subclass may compute something else); a module
     reached through several paths is converted once and stays shared.
 
