@@ -3,7 +3,10 @@
 torch.embedding_bag, and shapejit.EmbeddingBag beside nn.EmbeddingBag, in one process; then a
 model's tables: one nn.EmbeddingBag call per table, one shapejit.EmbeddingBag call per table, and
 one shapejit.EmbeddingBagGroup call for all of them, then the outputs concatenated (torch.cat of
-the nn.EmbeddingBag outputs against EmbeddingBagGroup.concat) (--groups).
+the nn.EmbeddingBag outputs against EmbeddingBagGroup.concat) (--groups). Opt-in sections
+(--sections): dlrm, a DLRM-style model eager against shapejit.optimize (dlrm_bench.py), and tbe,
+its 26 tables through torch's per-table ops, shapejit's group and fbgemm_gpu's CPU table-batched
+ops (tbe_peers_bench.py; skipped with the reason without fbgemm_gpu).
 
 Every case times each implementation in interleaved rounds (round r runs A's batch, then B's,
 then the other pair's), each batch a run of back-to-back calls; a figure is the minimum over the
@@ -13,6 +16,7 @@ wrong answer cannot pass.
 
     /usr/bin/python3 bench/torch_ops_bench.py                  # the issue's grid, 1 thread
     /usr/bin/python3 bench/torch_ops_bench.py --dims 64 --rounds 11 --markdown
+    python bench/torch_ops_bench.py --sections dlrm,tbe --markdown   # min / median, 1 and 2 threads
 
 Needs the extension: an installed shapejit, or PYTHONPATH=python with build/python/ built.
 """
@@ -23,6 +27,7 @@ import time
 import torch
 
 import shapejit
+from bench_timing import time_interleaved
 
 MODES = {"sum": 0, "mean": 1, "max": 2, "weighted": 0}
 
@@ -41,29 +46,16 @@ def parse_args(argv):
                    help="model-like groups T x D x bags x indices per bag (2-D inputs), comma-separated; "
                         "'' for none")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sections", default="ops,groups",
+                   help="what to run, comma-separated: ops (the per-op grid), groups (--groups), dlrm (a DLRM-style "
+                        "model, dlrm_bench.py), tbe (table-batched peers over the DLRM tables, tbe_peers_bench.py)")
+    p.add_argument("--dlrm-batch", type=int, default=2048, help="dlrm/tbe: bags per table")
+    p.add_argument("--dlrm-len", type=float, default=20.0, help="dlrm/tbe: mean (Poisson) indices per bag")
+    p.add_argument("--dlrm-max-mb", type=int, default=256, help="dlrm/tbe: cap on the 26 f32 tables' size")
+    p.add_argument("--dlrm-threads", default="1,2", help="dlrm/tbe: thread counts, comma-separated")
+    p.add_argument("--dlrm-rounds", type=int, default=11, help="dlrm/tbe: interleaved rounds (min and median)")
+    p.add_argument("--dlrm-batch-us", type=float, default=1.0, help="dlrm/tbe: target time of a batch (1: one call)")
     return p.parse_args(argv)
-
-
-def batch_calls(fn, target_us):
-    """How many back-to-back calls make one batch of about target_us."""
-    fn()
-    t0 = time.perf_counter_ns()
-    fn()
-    one_us = max((time.perf_counter_ns() - t0) / 1000.0, 0.05)
-    return max(1, int(target_us / one_us))
-
-
-def time_interleaved(fns, rounds, target_us):
-    """Minimum microseconds per call of each function, batches of all of them interleaved."""
-    counts = [batch_calls(f, target_us) for f in fns]
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, (f, n) in enumerate(zip(fns, counts)):
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                f()
-            best[i] = min(best[i], (time.perf_counter_ns() - t0) / 1000.0 / n)
-    return best
 
 
 def make_case(rows, dim, bags, per_bag, mode, gen):
@@ -123,7 +115,27 @@ def time_groups(args, gen):
 def main(argv):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    sections = set(filter(None, args.sections.split(",")))
+    unknown = sections - {"ops", "groups", "dlrm", "tbe"}
+    if unknown:
+        sys.exit("torch_ops_bench: --sections takes ops, groups, dlrm and tbe, but got {}".format(", ".join(sorted(unknown))))
     gen = torch.Generator().manual_seed(args.seed)
+    if "ops" in sections:
+        time_ops(args, gen)
+    if "groups" in sections:
+        with torch.no_grad():
+            time_groups(args, gen)
+    if "dlrm" in sections:
+        import dlrm_bench
+        dlrm_bench.run(args, torch.Generator().manual_seed(args.seed))
+    if "tbe" in sections:
+        import tbe_peers_bench
+        tbe_peers_bench.run(args, torch.Generator().manual_seed(args.seed))
+    print("threads {}, {} rounds (shapejit {} ISA, torch {})".format(
+        args.threads, args.rounds, getattr(shapejit, "isa", lambda: "?")(), torch.__version__))
+
+
+def time_ops(args, gen):
     cases = []
     for shape in args.shapes.split(","):
         bags, per_bag = (int(x) for x in shape.split("x"))
@@ -152,11 +164,8 @@ def main(argv):
         print("|" + "---|" * len(header))
         for r in rows:
             print("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f}x | {:.2f} | {:.2f} | {:.2f}x |".format(*r))
-    with torch.no_grad():
-        time_groups(args, gen)
     worst = min(min(r[5], r[8]) for r in rows)
-    print("threads {}, {} rounds; slowest speedup {:.2f}x (shapejit {} ISA, torch {})".format(
-        args.threads, args.rounds, worst, getattr(shapejit, "isa", lambda: "?")(), torch.__version__))
+    print("ops: slowest speedup {:.2f}x".format(worst))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """shapejit.optimize(model): swaps every supported torch.nn.EmbeddingBag, quantized
 torch.ao.nn.quantized.EmbeddingBag and torch.nn.MultiheadAttention of a model for its shapejit
-module, and reports what it swapped and what it left alone, with the reason."""
+module, then groups sibling bag calls into shapejit.EmbeddingBagGroup calls (bag_grouping.py),
+and reports what it swapped, grouped and left alone, with the reason."""
 import copy
-from typing import List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 import torch
 
+from . import bag_grouping
 from .attention import MultiheadAttention
+from .bag_grouping import Group
 from .modules import EmbeddingBag, QuantizedEmbeddingBag
 
 
@@ -24,19 +27,32 @@ class Skip(NamedTuple):
 
 
 class Report:
-    """What optimize() did: `swapped` and `skipped` lists; str(report) is a readable table."""
+    """What optimize() did: `swapped` and `skipped` lists, the bag `groups` (and `grouping`, why
+    bags were not grouped, "" when they were or there were none), and `renamed_keys`, the
+    state_dict keys grouping moved (old key -> new key; a key that maps to None is gone:
+    torch.fx keeps only what forward uses); str(report) is a readable table."""
 
     def __init__(self):
         self.swapped: List[Swap] = []
         self.skipped: List[Skip] = []
+        self.groups: List[Group] = []
+        self.grouping = ""
+        self.renamed_keys: Dict[str, Optional[str]] = {}
 
     def __str__(self):
-        lines = ["shapejit.optimize: {} swapped, {} skipped".format(len(self.swapped), len(self.skipped))]
+        lines = ["shapejit.optimize: {} swapped, {} skipped, {} bag groups".format(
+            len(self.swapped), len(self.skipped), len(self.groups))]
         for s in self.swapped:
             lines.append("  swapped {} ({} -> {}){}".format(s.name or "<model>", s.was, s.now,
                                                            ": " + s.note if s.note else ""))
         for s in self.skipped:
             lines.append("  skipped {} ({}): {}".format(s.name or "<model>", s.kind, s.reason))
+        for g in self.groups:
+            lines.append("  grouped {} as {}{}{}".format(", ".join(g.members), g.name,
+                                                         " (concatenated in place of their torch.cat run)" if g.concat else "",
+                                                         ": " + g.note if g.note else ""))
+        if self.grouping:
+            lines.append("  bags not grouped: " + self.grouping)
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -92,15 +108,24 @@ def _convert(module: torch.nn.Module) -> torch.nn.Module:
     return EmbeddingBag.from_torch(module)  # float or quantized bags
 
 
-def optimize(model: torch.nn.Module, inplace: bool = False) -> Optimized:
+def optimize(model: torch.nn.Module, inplace: bool = False, group_bags: bool = True) -> Optimized:
     """Replaces every supported torch.nn.EmbeddingBag, torch.ao.nn.quantized.EmbeddingBag and
     torch.nn.MultiheadAttention in `model` (recursively, the model itself included) by the
     shapejit module computing the same results, sharing its parameters.
 
     Returns (model, report): with inplace=False (the default) `model` is a deep copy and the
-    argument is untouched; with inplace=True the argument itself is changed and returned.
+    argument is untouched; with inplace=True the argument itself is changed (its modules swapped)
+    and returned, unless bags were grouped: then the GraphModule over its modules is returned.
     Only the exact torch classes are swapped (a subclass may compute something else); a module
     reached through several paths is converted once and stays shared.
+
+    With group_bags (the default), the swapped model is then traced with torch.fx and bag calls
+    that do not depend on each other's outputs become one shapejit.EmbeddingBagGroup call (and
+    a run of their outputs in a torch.cat(..., dim=1), used nowhere else, its concat form). When
+    a group is formed the returned model is a torch.fx.GraphModule over the same parameters
+    (report.renamed_keys says where the grouped bags' keys went); when tracing fails, or the
+    model is in training mode and the group has no autograd, the swapped model is returned and
+    report.grouping says why.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError("shapejit.optimize: model must be a torch.nn.Module, but got {}".format(type(model).__name__))
@@ -140,4 +165,29 @@ def optimize(model: torch.nn.Module, inplace: bool = False) -> Optimized:
         done[id(module)] = new
         return new
 
-    return Optimized(visit(model, "", None), report)
+    model = visit(model, "", None)
+    if group_bags and bag_grouping.has_bag_candidates(model):
+        model = _group(model, report)
+    return Optimized(model, report)
+
+
+def _group(model: torch.nn.Module, report: Report) -> torch.nn.Module:
+    """The model with its bag calls grouped, or the model itself with report.grouping saying why not."""
+    if model.training and not bag_grouping.group_supports_autograd():
+        report.grouping = ("the model is in training mode and shapejit.EmbeddingBagGroup passes no gradient to "
+                           "the weights (call model.eval() first to group the bags)")
+        return model
+    before = model.state_dict(keep_vars=True)
+    grouped, groups, why = bag_grouping.group_bags(model)
+    if grouped is None:
+        report.grouping = why
+        return model
+    after = grouped.state_dict(keep_vars=True)
+    key_of = {}  # a tensor -> its first key in the grouped model
+    for key, t in after.items():
+        key_of.setdefault(id(t), key)
+    for key, t in before.items():
+        if after.get(key) is not t:
+            report.renamed_keys[key] = key_of.get(id(t))
+    report.groups = groups
+    return grouped
