@@ -196,7 +196,6 @@ TEST_CASE("fork while kernels compile and a multi-thread call runs: every child 
   const auto t0 = std::chrono::steady_clock::now();
   const int count = forks();
   for (int f = 0; f < count; ++f) {
-    if (std::getenv("FORKDEBUG")) std::fprintf(stderr, "fork %d at %.3f s, %zu alive\n", f, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), alive.size());
     while (alive.size() >= size_t(kChildrenAtOnce)) reap(true);
     std::fflush(nullptr);  // the child must not flush the parent's buffered output again
     const pid_t pid = fork();
