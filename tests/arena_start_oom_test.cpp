@@ -81,10 +81,11 @@ void run_child() {
   GuardedOutputs failed(call.shapes(), 0xCD);  // allocated before the limit
   const long in_use_kb = status_field("VmSize:");
   REQUIRE(in_use_kb > 0);
-  // Room for small allocations, none for a oneTBB worker's stack.
+  // Room for oneTBB to set an arena up (it maps about 2 MiB), none for a worker's stack: the
+  // limit under which, before the check, the arena started and its worker never did.
   const size_t stack_bytes = tbb::global_control::active_value(tbb::global_control::thread_stack_size);
   rlimit low = original;
-  low.rlim_cur = rlim_t(in_use_kb) * 1024 + stack_bytes / 2;
+  low.rlim_cur = rlim_t(in_use_kb) * 1024 + stack_bytes - (size_t(256) << 10);
   REQUIRE(setrlimit(RLIMIT_AS, &low) == 0);
   const shapejit_status status = failed.run(call.args());
   const std::string message = shapejit_last_error();
