@@ -11,6 +11,15 @@
 // read the CPU mask while the library loads, before any call can meet a failed allocation.
 // tests/oom/first_call_test.cpp fails each operator-new allocation of a first parallel call in
 // a fresh process (without the load-time read, one of them hangs the next call).
+//
+// Fork (runtime/fork_handlers.hpp, docs/fork.md). A forked child has none of oneTBB's worker
+// threads, but oneTBB's copied state says they exist: an arena the parent used waits in the
+// child for ever for workers (or for slots held by threads that are gone), and a new arena gets no
+// worker at all and runs on the calling thread, after touching scheduler state another thread may
+// have been changing when the fork copied it. So a child of a process whose engine had started
+// oneTBB runs every call on the calling thread (the same results; oneTBB offers nothing better
+// there), and never enters oneTBB. A child forked before the engine's first arena uses oneTBB as
+// usual.
 #include "runtime/engine_arena.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
@@ -26,11 +35,14 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 
+#include "runtime/fork_handlers.hpp"
 #include "runtime/last_error.hpp"
 #include "runtime/tsan_sync.hpp"
+#include "runtime/worker_start_check.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -82,8 +94,17 @@ class Engine {
 
   std::shared_ptr<tbb::task_arena> arena() {
     std::lock_guard lock(mutex_);
+    if (tbb_inherited_) return nullptr;  // a forked child: see the file comment
     if (!arena_) {
       const int n = threads_.load(std::memory_order_relaxed);
+      // Before oneTBB tries to start them (runtime/worker_start_check.hpp): a refused start
+      // throws here, costing this call only.
+      const int workers = workers_for_arena(n);
+      if (workers > workers_checked_) {
+        check_worker_threads_can_start(workers - workers_checked_);  // oneTBB keeps the others
+        workers_checked_ = workers;
+      }
+      tbb_started_ = true;  // even a failed start may leave oneTBB state a child must not use
       auto fresh = std::make_shared<tbb::task_arena>(n);
       fresh->initialize(n);  // throws, leaving arena_ empty, when oneTBB cannot allocate
       arena_ = std::move(fresh);
@@ -91,17 +112,50 @@ class Engine {
     return arena_;
   }
 
+  // The fork handlers' part (runtime/fork_handlers.hpp).
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_in_parent() { mutex_.unlock(); }
+  void reset_in_child() {
+    if (tbb_started_) {
+      tbb_inherited_ = true;
+      // Never destroyed: its destructor would wait in oneTBB for threads the child lacks.
+      if (arena_) abandoned_arena_ = std::move(arena_);
+    }
+    new (&mutex_) std::mutex();  // fresh, as every lock in the child (fork_handlers.hpp)
+  }
+
  private:
   std::mutex mutex_;
   std::atomic<int> threads_;
   std::shared_ptr<tbb::task_arena> arena_;  // null until a call needs it
+  int workers_checked_ = 0;     // oneTBB workers known to start (it keeps them once started)
+  bool tbb_started_ = false;    // this process (or the parent it was forked from) created an arena
+  bool tbb_inherited_ = false;  // forked after that: calls never enter oneTBB
+  std::shared_ptr<tbb::task_arena> abandoned_arena_;  // the parent's arena, kept alive and unused
 };
 
-// Never destroyed: worker threads of a still-running call may outlive static destruction.
+// Created under a mutex the fork handlers take, so a fork never copies a half-made engine (a
+// function-local static would leave its guard taken in the child). Never destroyed: worker
+// threads of a still-running call may outlive static destruction.
+std::atomic<Engine*> g_engine{nullptr};
+std::mutex g_engine_creation;
+
 Engine& engine() {
-  static Engine* e = new Engine();
-  return *e;
+  if (Engine* e = g_engine.load(std::memory_order_acquire)) [[likely]] return *e;
+  install_fork_handlers();  // normally done at load time (below); this retries a failure
+  std::lock_guard lock(g_engine_creation);
+  if (g_engine.load(std::memory_order_relaxed) == nullptr) g_engine.store(new Engine(), std::memory_order_release);
+  return *g_engine.load(std::memory_order_relaxed);
 }
+
+// While the library loads, before any thread of the engine exists (runtime/fork_handlers.hpp).
+[[maybe_unused]] const bool g_fork_handlers_at_load = [] {
+  try {
+    return install_fork_handlers();
+  } catch (const std::bad_alloc&) {  // engine() tries again, where a failure becomes a status
+    return false;
+  }
+}();
 
 }  // namespace
 
@@ -127,9 +181,25 @@ int engine_threads() { return engine().threads(); }
 
 std::shared_ptr<tbb::task_arena> engine_arena() { return engine().arena(); }
 
+void engine_fork_prepare() {
+  g_engine_creation.lock();
+  if (Engine* e = g_engine.load(std::memory_order_relaxed)) e->lock_for_fork();
+}
+
+void engine_fork_parent() {
+  if (Engine* e = g_engine.load(std::memory_order_relaxed)) e->unlock_in_parent();
+  g_engine_creation.unlock();
+}
+
+void engine_fork_child() {
+  if (Engine* e = g_engine.load(std::memory_order_relaxed)) e->reset_in_child();
+  new (&g_engine_creation) std::mutex();
+}
+
 EngineTasks::EngineTasks(size_t count) : count_(count), runners_(1) {
   if (count < 2 || engine_threads() < 2) return;
   arena_ = engine_arena();
+  if (!arena_) return;  // a forked child that may not use oneTBB: the calling thread runs them all
   // The arena's own size: the engine may have been resized since engine_threads().
   runners_ = static_cast<int>(std::min<size_t>(count, static_cast<size_t>(arena_->max_concurrency())));
   if (runners_ < 2) arena_.reset();

@@ -36,7 +36,8 @@ int engine_threads();
 
 /// The current arena, initialised: throws std::bad_alloc when oneTBB cannot set it up (nothing
 /// is kept of the attempt; the next call tries again). Holding the pointer keeps that arena
-/// alive across a concurrent resize.
+/// alive across a concurrent resize. Null in a process forked after the engine had started
+/// oneTBB, which must not be entered there: the caller then runs its work on its own thread.
 std::shared_ptr<tbb::task_arena> engine_arena();
 
 /// Tasks 0..count-1 of one call, to run on the engine arena. Everything the run needs from the

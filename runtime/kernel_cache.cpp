@@ -3,6 +3,9 @@
 // or exception), and a failed entry leaves the map before its waiters wake, so the next lookup
 // starts afresh. Reserving before compiling is what keeps the code-memory limit exact: checking
 // only the code already held would let every compilation in flight pass the same check.
+// A forked child has none of the threads whose compilations were in flight: their entries would
+// stay pending there for ever (every asker waiting on a promise nobody keeps), so the child drops
+// them and compiles those keys again (docs/fork.md).
 #include "runtime/kernel_cache.hpp"
 
 #include <algorithm>
@@ -11,10 +14,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
+#include <mutex>
 #include <new>
 #include <string>
 
 #include "runtime/embag_generic_kernel.hpp"
+#include "runtime/fork_handlers.hpp"
 #include "runtime/jit_memory.hpp"
 #include "runtime/perf_map.hpp"
 #include "shapejit/shapejit.hpp"
@@ -111,6 +117,7 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
   // far rarely needs to grow once the code is emitted, and a key already refused for its size
   // is refused here next time instead of being emitted again.
   int64_t reserved = 0;
+  asmjit::JitRuntime* runtime = nullptr;
   {
     std::unique_lock lock(mutex_);
     if (auto it = kernels_.find(key); it != kernels_.end()) {
@@ -118,7 +125,8 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
       if (it->second.ready.fn != nullptr)  // published since the shared look
         return EmbagKernelHandle(key, it->second.ready.fn, it->second.ready.generic);
       pending = it->second.pending;
-    } else if (!settle_reservation_locked(reserved, std::max<int64_t>(largest_emitted_, 1))) {
+    } else if (runtime = &runtime_for_new_code_locked();
+               !settle_reservation_locked(reserved, std::max<int64_t>(largest_emitted_, 1))) {
       ++stats_.generic_fallbacks;
     } else {
       try {
@@ -132,7 +140,7 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
     }
   }
   if (compile_here) {
-    const Compiled c = compile_now(key, promise, reserved);
+    const Compiled c = compile_now(key, *runtime, promise, reserved);
     return EmbagKernelHandle(key, c.fn, c.generic);
   }
   if (pending.valid()) {
@@ -158,7 +166,28 @@ bool EmbagKernelCache::settle_reservation_locked(int64_t& held, int64_t bytes) {
   return true;
 }
 
-EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& key,
+asmjit::JitRuntime& EmbagKernelCache::runtime_for_new_code_locked() {
+  if (runtime_inherited_) {
+    std::unique_ptr<asmjit::JitRuntime> fresh = make_jit_runtime();
+    (void)runtime_.release();  // never freed: the inherited kernels keep running in this process
+    runtime_ = std::move(fresh);
+    runtime_inherited_ = false;
+  }
+  return *runtime_;
+}
+
+void EmbagKernelCache::reset_in_child() {
+  // Only the forking thread exists, and it held mutex_ across the fork (the prepare handler).
+  for (auto it = kernels_.begin(); it != kernels_.end();)
+    it = it->second.ready.fn != nullptr ? std::next(it) : kernels_.erase(it);
+  reserved_bytes_ = 0;  // every reservation belonged to a compilation in flight
+  runtime_inherited_ = true;
+  // A fresh lock rather than an unlock: glibc marks a write-locked rwlock with the writer's
+  // thread id, which the forking thread no longer has in the child.
+  new (&mutex_) std::shared_mutex();
+}
+
+EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& key, asmjit::JitRuntime& runtime,
                                                          std::promise<Compiled>& promise, int64_t reserved) {
   const auto t0 = std::chrono::steady_clock::now();
   try {  // from the first allocation on (the admission's std::function), so the promise is always kept
@@ -172,7 +201,7 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
       refused = !settle_reservation_locked(reserved, static_cast<int64_t>(code_bytes));
       return !refused;
     };
-    const jit::GeneratedEmbagKernel generated = compile_(key, *runtime_, admit);
+    const jit::GeneratedEmbagKernel generated = compile_(key, runtime, admit);
     if (refused) {  // over the limit: the generic kernel serves this lookup and its waiters
       const Compiled c{generic_embag_kernel(key), true};
       {
@@ -258,9 +287,46 @@ int64_t default_code_limit_bytes() {
   return limit;
 }
 
+namespace {
+
+// Created under a mutex the fork handlers take, so a fork never copies a half-made cache (a
+// function-local static would leave its guard taken in the child).
+std::atomic<EmbagKernelCache*> g_cache{nullptr};
+std::mutex g_cache_creation;
+
+// While the library loads, before any thread of the engine exists (runtime/fork_handlers.hpp).
+[[maybe_unused]] const bool g_fork_handlers_at_load = [] {
+  try {
+    return install_fork_handlers();
+  } catch (const std::bad_alloc&) {  // embag_kernel_cache() tries again
+    return false;
+  }
+}();
+
+}  // namespace
+
 EmbagKernelCache& embag_kernel_cache() {
-  static EmbagKernelCache* cache = new EmbagKernelCache();
-  return *cache;
+  if (EmbagKernelCache* c = g_cache.load(std::memory_order_acquire)) [[likely]] return *c;
+  install_fork_handlers();
+  std::lock_guard lock(g_cache_creation);
+  if (g_cache.load(std::memory_order_relaxed) == nullptr)
+    g_cache.store(new EmbagKernelCache(), std::memory_order_release);
+  return *g_cache.load(std::memory_order_relaxed);
+}
+
+void kernel_cache_fork_prepare() {
+  g_cache_creation.lock();
+  if (EmbagKernelCache* c = g_cache.load(std::memory_order_relaxed)) c->lock_for_fork();
+}
+
+void kernel_cache_fork_parent() {
+  if (EmbagKernelCache* c = g_cache.load(std::memory_order_relaxed)) c->unlock_in_parent();
+  g_cache_creation.unlock();
+}
+
+void kernel_cache_fork_child() {
+  if (EmbagKernelCache* c = g_cache.load(std::memory_order_relaxed)) c->reset_in_child();
+  new (&g_cache_creation) std::mutex();  // fresh, as every lock in the child (fork_handlers.hpp)
 }
 
 }  // namespace shapejit::rt

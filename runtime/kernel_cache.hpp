@@ -98,8 +98,12 @@ class EmbagKernelCache {
   /// Sets the bound on JIT code bytes (< 0 restores the default). Lowering it below the code
   /// already held only stops new compilations: running kernels are never freed under callers.
   void set_code_limit_bytes(int64_t bytes);
-  /// The runtime that owns the generated code (W^X: runtime/jit_memory.hpp).
-  asmjit::JitRuntime& runtime() { return *runtime_; }
+
+  // The fork handlers' part (runtime/fork_handlers.hpp): the map is locked across fork(), and
+  // the child drops what belonged to the parent's compiling threads.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_in_parent() { mutex_.unlock(); }
+  void reset_in_child();
 
  private:
   struct Compiled {
@@ -111,14 +115,24 @@ class EmbagKernelCache {
     std::shared_future<Compiled> pending;
     Compiled ready;
   };
-  Compiled compile_now(const jit::EmbagKey& key, std::promise<Compiled>& promise, int64_t reserved);
+  Compiled compile_now(const jit::EmbagKey& key, asmjit::JitRuntime& runtime, std::promise<Compiled>& promise,
+                       int64_t reserved);
+  // The runtime new code goes to, replacing one inherited from a forking parent first (may throw
+  // std::bad_alloc). Called with mutex_ held.
+  asmjit::JitRuntime& runtime_for_new_code_locked();
   // Settles a compilation's reservation from `held` to `bytes`; false (nothing changed) when
   // growing it would pass the limit. Called with mutex_ held.
   bool settle_reservation_locked(int64_t& held, int64_t bytes);
   EmbagKernelHandle get_slow(const jit::EmbagKey& key);
 
   EmbagCompileFn compile_;
+  // The runtime that owns the generated code (W^X: runtime/jit_memory.hpp). Replaced only in a
+  // forked child, before its first compilation, under mutex_; compilations take it under mutex_.
   std::unique_ptr<asmjit::JitRuntime> runtime_;
+  // Set in a forked child: runtime_'s allocator is a copy of the parent's, and with dual mapping
+  // its code pages are shared with the parent, so both would place new kernels at the same free
+  // address and overwrite each other's code. Its kernels stay in use; new code goes elsewhere.
+  bool runtime_inherited_ = false;
   // Shared for the hit path (many callers at once), exclusive to insert, publish or erase.
   mutable std::shared_mutex mutex_;
   std::unordered_map<jit::EmbagKey, Slot, jit::EmbagKeyHash> kernels_;
@@ -136,7 +150,7 @@ class EmbagKernelCache {
 int64_t default_code_limit_bytes();
 
 /// The process-wide cache the API uses (created on first use, never destroyed so that
-/// kernels stay valid for threads still running at exit).
+/// kernels stay valid for threads still running at exit). Its fork handling: docs/fork.md.
 EmbagKernelCache& embag_kernel_cache();
 
 }  // namespace shapejit::rt

@@ -169,12 +169,14 @@ PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa
     if (j < p.full_panels) fill_panel(panel, parts[i], j * p.nc, p.nc, p.nc);
     else fill_panel(panel, parts[i], j * p.nc, p.edge_cols, (p.edge_cols + lanes - 1) / lanes * lanes);
   };
-  if (g.panel_bytes < kParallelPackBytes || engine_threads() <= 1) {
+  std::shared_ptr<tbb::task_arena> arena;  // null: packed on this thread (also in a forked child)
+  if (g.panel_bytes >= kParallelPackBytes && engine_threads() > 1) arena = engine_arena();
+  if (!arena) {
     for (size_t i = 0; i < panels.size(); ++i) fill(i);
   } else {
     ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
     const ParallelRegionSync::Region region(sync);
-    engine_arena()->execute([&] {
+    arena->execute([&] {
       ParallelRegionSync::enter_execute();  // before any capture is read
       const ParallelRegionSync::Task task(sync);
       tbb::parallel_for(tbb::blocked_range<size_t>(0, panels.size()), [&](const tbb::blocked_range<size_t>& r) {

@@ -16,9 +16,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "runtime/fork_handlers.hpp"
 #include "runtime/perf_map.hpp"
 
 namespace shapejit::rt {
@@ -257,6 +259,13 @@ void perf_jitdump_record(const void* start, size_t size, std::string_view name) 
   } catch (...) {  // out of memory for the record: the kernel still works, only unnamed
   }
 }
+
+// The lock is held across fork() so that the child never inherits it taken by a thread it does
+// not have (the child gets a fresh one: runtime/fork_handlers.hpp); the child's first record then
+// opens a file of its own (the pid check above).
+void perf_jitdump_fork_prepare() { state().mutex.lock(); }
+void perf_jitdump_fork_parent() { state().mutex.unlock(); }
+void perf_jitdump_fork_child() { new (&state().mutex) std::mutex(); }
 
 void perf_jitdump_close() noexcept {
   DumpState& s = state();
