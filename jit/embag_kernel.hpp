@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "jit/isa.hpp"
+#include "ref/table_rows.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::jit {
@@ -51,6 +52,11 @@ struct EmbagKey {
   /// (dim 0) keeps 0 and reads EmbagKernelArgs::output_row_stride.
   int64_t out_stride = 0;
 
+  /// Rule H6's FBGEMM path (ref::bf16_fbgemm_path): a bf16 table without padding_idx fuses
+  /// weighted terms and rounds its sums half up.
+  bool bf16_fbgemm_path() const { return ref::bf16_fbgemm_path(static_cast<int64_t>(table), padding); }
+  /// The bf16 output is rounded half up (sums and maxima on H6's FBGEMM path), not to nearest even.
+  bool bf16_out_half_up() const { return bf16_fbgemm_path() && mode != Mode::kMean; }
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).
   DType index_out() const { return index == offset ? index : DType::kI64; }
   bool operator==(const EmbagKey&) const = default;

@@ -32,11 +32,9 @@ int64_t row_stride_of(const at::Tensor& table) {
   return table.size(0) <= 1 || table.size(1) == 0 ? table.size(1) : table.stride(0);
 }
 
-// ATen 1.13 leaves offset2bag empty in sum mode only on its fast path: a float or half table
-// with unit column stride, no padding_idx, and per_sample_weights (if any) with unit stride.
-// Elsewhere it returns offset2bag[N], whose shape callers may rely on, so the op does too. A
-// bf16 table follows its rule A2 reference, torch.embedding_bag on the widened float table,
-// which keeps the table's strides.
+// ATen (1.13 and 2.x) leaves offset2bag empty in sum mode only on its fast path: an f32, f16 or
+// bf16 table with unit column stride, no padding_idx, and per_sample_weights (if any) with unit
+// stride. Elsewhere it returns offset2bag[N], whose shape callers may rely on, so the op does too.
 bool aten_sum_fast_path(const at::Tensor& weight, const at::Tensor& psw, bool has_padding) {
   const at::ScalarType t = weight.scalar_type();
   const bool table = (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && weight.stride(1) == 1;

@@ -1,8 +1,9 @@
 // Scalar reference of the embedding-bag forward. Written for clarity, one rule at a time, in the
 // order of the semantics documents; the generic and JIT kernels must match it bitwise.
 //   f32 tables:      embedding-bag-semantics.md rules 1-4.
-//   f16/bf16 tables: quantized-tables-semantics.md A1/A2 (f32 accumulator, rounded once; mean
-//                    rounds the sum and the count to the table dtype before dividing).
+//   f16/bf16 tables: quantized-tables-semantics.md H1-H6 (f32 accumulator, rounded once; mean
+//                    rounds the sum and the count to the table dtype before dividing; bf16
+//                    without padding_idx fuses weighted terms and rounds sums half up, H6).
 //   Q8/Q4/Q2 tables: B4 (bias first, then the scaled code in double), beyond-ATen 3-6 (mean,
 //                    max, f16/bf16 outputs rounded once, padding on the index as given).
 #include "ref/embedding_bag.hpp"
@@ -175,11 +176,13 @@ float element_value(const Call& c, int64_t r, int64_t j) {
 
 // ---- Reductions: each fills res[0, D) with the bag's f32 result ----------------------------
 
-// f32 rules 1-3 and A1/A2 1-3: sum from +0.0 in index order (weighted: fmaf for f32, whose
-// product would round; w * x exactly then one add for f16/bf16, whose product is exact).
+// f32 rules 1-3 and H1-H3, H6: sum from +0.0 in index order (weighted: fmaf for f32 and for bf16
+// on H6's FBGEMM path; f16: w * x, exact in f32, then one add; bf16 with padding_idx: w * x
+// rounded to f32, then one add, as ATen's loop does).
 void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   std::fill(res.begin(), res.end(), 0.0f);
   const bool weighted = c.a.per_sample_weights != nullptr;
+  const bool fused = c.table == SHAPEJIT_F32 || bf16_fbgemm_path(c.table, c.a.has_padding_idx != 0);
   c.for_each_row(s.begin, s.end, [&](int64_t i, int64_t, int64_t r) {
     const unsigned char* row = c.row(r);
     const float w = weighted ? c.weight(i) : 1.0f;
@@ -187,7 +190,7 @@ void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
       const float x = float_value(c.table, row, d);
       float& acc = res[size_t(d)];
       if (!weighted) acc = acc + x;
-      else if (c.table == SHAPEJIT_F32) acc = std::fmaf(w, x, acc);
+      else if (fused) acc = std::fmaf(w, x, acc);
       else acc = acc + w * x;
     }
   });
@@ -205,13 +208,18 @@ void sum_quantized_table(const Call& c, const BagSpan& s, std::vector<float>& re
   });
 }
 
-// Mean divides the sum once by max(count, 1). f16/bf16 tables first round the sum and the count
-// to the table dtype (A1 3: the count 2049 becomes 2048 in f16); the store rounds the quotient.
+// Mean divides the sum once by max(count, 1). f16/bf16 tables first round the sum (bf16 as H6
+// says) and the count (to nearest even) to the table dtype (H3: the count 2049 becomes 2048 in
+// f16); the store rounds the quotient to nearest even.
 void divide_by_count(const Call& c, int64_t count, std::vector<float>& res) {
   const float n = static_cast<float>(std::max<int64_t>(count, 1));
   const bool half_table = c.table == SHAPEJIT_F16 || c.table == SHAPEJIT_BF16;
+  const bool fbgemm = bf16_fbgemm_path(c.table, c.a.has_padding_idx != 0);
   const float divisor = half_table ? round_to_output(c.table, n) : n;
-  for (float& v : res) v = (half_table ? round_to_output(c.table, v) : v) / divisor;
+  for (float& v : res) {
+    const float sum = c.table == SHAPEJIT_BF16 ? round_bf16_sum(fbgemm, v) : half_table ? round_to_output(c.table, v) : v;
+    v = sum / divisor;
+  }
 }
 
 // f32 rule 4 (and A1 4, beyond-ATen 3): the first contributing row is copied, a later one wins
@@ -263,6 +271,9 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
   const int64_t out_stride = ex.output_row_stride != 0 ? ex.output_row_stride : a.dim;  // elements between rows
   std::vector<float>& res = scratch.row;
   std::vector<int64_t>& winner = scratch.winners;
+  // H6: sums (and maxima, exact either way) of a bf16 table on the FBGEMM path round half up;
+  // the mean's quotient, like every other result, to nearest even.
+  const bool half_up_store = bf16_fbgemm_path(c.table, a.has_padding_idx != 0) && a.mode != SHAPEJIT_MEAN;
 
   if (a.mode == SHAPEJIT_SUM) {  // bag_size and max_indices are zeros in sum mode
     for (int64_t k = 0; k < shapes.bag_size_len; ++k) store_int(bag_size, idx_t, k, 0);
@@ -287,7 +298,8 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
       else sum_float_table(c, s, res);
       if (a.mode == SHAPEJIT_MEAN) divide_by_count(c, count, res);
     }
-    for (int64_t d = 0; d < a.dim; ++d) store_float_output(output, out_dtype, b * out_stride + d, res[size_t(d)]);
+    for (int64_t d = 0; d < a.dim; ++d)
+      store_float_output(output, out_dtype, b * out_stride + d, res[size_t(d)], half_up_store);
     if (a.mode != SHAPEJIT_SUM && shapes.bag_size_len > 0) store_int(bag_size, idx_t, b, count);
     if (a.mode == SHAPEJIT_MEAN && shapes.max_indices_rows > 0) store_int(max_indices, idx_t, b, count);
   }

@@ -1,6 +1,7 @@
 // IEEE binary16 and bfloat16 conversions, written out in integer arithmetic so they give the
 // same bits on every host and compiler (no dependence on F16C, _Float16 or the rounding mode).
-// Rounding is to nearest, ties to even; the spec's rnd16 and rndbf (quantized-tables-semantics.md).
+// Rounding is to nearest, ties to even (the spec's rnd16 and rndbf, quantized-tables-semantics.md),
+// except f32_to_bf16_half_up, torch 2.x's FBGEMM rounding of bf16 sums (rule H6).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +65,14 @@ inline uint16_t f32_to_bf16(float x) {
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+/// f32 -> bfloat16 as FBGEMM's embedding kernels round (rule H6, rndbf_up): add 0x8000 to the bits
+/// and keep the high half, so ties go away from zero. No NaN case: the NaNs a sum produces (a
+/// widened bf16 NaN, quietened, or the default NaN) have zero low halves and come out unchanged.
+inline uint16_t f32_to_bf16_half_up(float x) { return uint16_t((f32_bits(x) + 0x8000u) >> 16); }
+
 /// The spec's rnd16 / rndbf as f32 -> f32: the value the rounded half holds.
 inline float round_to_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 inline float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+inline float round_to_bf16_half_up(float x) { return bf16_to_f32(f32_to_bf16_half_up(x)); }
 
 }  // namespace shapejit::ref

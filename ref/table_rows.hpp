@@ -96,14 +96,26 @@ inline float quantized_step(float acc, float s, float b, uint32_t q) {
 /// step above from +0.0 with weight 1.
 inline float dequantized_value(float scale, float bias, uint32_t q) { return quantized_step(0.0f, scale, bias, q); }
 
-/// Rounds an f32 result to the output dtype (f32: unchanged) and stores it as element i.
-inline void store_float_output(void* out, int64_t out_dtype, int64_t i, float v) {
+/// Rounds an f32 result to the output dtype (f32: unchanged) and stores it as element i; bf16 by
+/// f32_to_bf16_half_up when `half_up` (rule H6's sums and maxima on the FBGEMM path).
+inline void store_float_output(void* out, int64_t out_dtype, int64_t i, float v, bool half_up = false) {
   if (out_dtype == SHAPEJIT_F32) {
     static_cast<float*>(out)[i] = v;
   } else {
-    const uint16_t h = out_dtype == SHAPEJIT_F16 ? f32_to_f16(v) : f32_to_bf16(v);
+    const uint16_t h = out_dtype == SHAPEJIT_F16 ? f32_to_f16(v) : half_up ? f32_to_bf16_half_up(v) : f32_to_bf16(v);
     static_cast<uint16_t*>(out)[i] = h;
   }
+}
+
+/// Rule H6: a bf16 table without padding_idx follows torch 2.x's FBGEMM path (weighted terms
+/// fused, sums rounded to bf16 by f32_to_bf16_half_up); with padding_idx, ATen's own loop
+/// (products rounded to f32, then added; sums rounded to nearest even). Every other table, and
+/// the mean's quotient, round to nearest even.
+inline bool bf16_fbgemm_path(int64_t table, bool has_padding_idx) { return table == SHAPEJIT_BF16 && !has_padding_idx; }
+
+/// Rounds a bf16 table's sum to bf16 as rule H6 says (as f32 -> f32).
+inline float round_bf16_sum(bool fbgemm_path, float v) {
+  return fbgemm_path ? round_to_bf16_half_up(v) : round_to_bf16(v);
 }
 
 /// The spec's output rounding as f32 -> f32 (rnd16 / rndbf; identity for f32).

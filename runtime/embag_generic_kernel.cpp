@@ -1,8 +1,9 @@
 // The generic embedding-bag kernel. Every float operation is the reference's, in the
 // reference's order, for every table dtype:
 //   f32:      sums from +0.0f in index order, weighted sums with std::fma, mean divides once;
-//   f16/bf16: the same in f32 with w * x (exact) then one add; mean rounds the sum and the
-//             count to the table dtype, then divides; the output is rounded once;
+//   f16/bf16: the same in f32 with w * x then one add (bf16 without padding_idx: std::fma and
+//             sums rounded half up, rule H6); mean rounds the sum and the count to the table
+//             dtype, then divides; the output is rounded once;
 //   Q8/Q4/Q2: per position s = w * scale, b = w * bias; per column acc = f64(s) * q + f64(acc + b)
 //             rounded to f32 (s * q is exact in f64, so this equals the spec's double fma);
 //   max:      copies the first contributing row, then replaces on strict `>`.
@@ -87,13 +88,16 @@ struct Problem {
 // ---- Row readers: columns [c0, c0 + n) of one row, as the values each rule combines ----------
 
 // Sum step of one row into acc for a float table (weight w when weighted).
+// `fused`: f32, and bf16 on rule H6's FBGEMM path; otherwise w * x rounded to f32, then added
+// (exact for f16; for bf16 with padding_idx what ATen's loop does).
 template <int64_t kTable>
-void sum_float_row(float* __restrict acc, const unsigned char* row, int64_t c0, int64_t n, bool weighted, float w) {
+void sum_float_row(float* __restrict acc, const unsigned char* row, int64_t c0, int64_t n, bool weighted, bool fused,
+                   float w) {
   if (!weighted) {
     for (int64_t d = 0; d < n; ++d) acc[d] = acc[d] + ref::float_element<kTable>(row, c0 + d);
-  } else if constexpr (kTable == SHAPEJIT_F32) {
+  } else if (fused) {
     for (int64_t d = 0; d < n; ++d) acc[d] = std::fma(w, ref::float_element<kTable>(row, c0 + d), acc[d]);
-  } else {  // f16/bf16: the product of two half values is exact in f32
+  } else {
     for (int64_t d = 0; d < n; ++d) {
       const float product = w * ref::float_element<kTable>(row, c0 + d);
       acc[d] = acc[d] + product;
@@ -138,17 +142,22 @@ void sum_block(const P& p, int64_t begin, int64_t end, int64_t c0, int64_t n, fl
       constexpr int kBits = kTable == SHAPEJIT_Q8 ? 8 : kTable == SHAPEJIT_Q4 ? 4 : 2;
       sum_quantized_row<kBits>(acc, p.row(r), p.dim, c0, n, p.weight(i));
     } else {
-      sum_float_row<kTable>(acc, p.row(r), c0, n, p.flags.weighted, p.weight(i));
+      sum_float_row<kTable>(acc, p.row(r), c0, n, p.flags.weighted,
+                            kTable == SHAPEJIT_F32 || ref::bf16_fbgemm_path(kTable, p.flags.padding), p.weight(i));
     }
   });
 }
 
-// Mean: f32 and quantized results divide once by max(count, 1); f16/bf16 round the sum and the
-// count to the table dtype first (the store rounds the quotient).
+// Mean: f32 and quantized results divide once by max(count, 1); f16/bf16 round the sum (bf16 by
+// rule H6) and the count to the table dtype first (the store rounds the quotient).
 template <int64_t kTable>
-void divide_block(float* acc, int64_t n, int64_t count) {
+void divide_block(float* acc, int64_t n, int64_t count, bool padding) {
   const float c = static_cast<float>(count > 1 ? count : 1);
-  if constexpr (kTable == SHAPEJIT_F16 || kTable == SHAPEJIT_BF16) {
+  if constexpr (kTable == SHAPEJIT_BF16) {
+    const float divisor = ref::round_to_output(kTable, c);
+    const bool fbgemm = ref::bf16_fbgemm_path(kTable, padding);
+    for (int64_t d = 0; d < n; ++d) acc[d] = ref::round_bf16_sum(fbgemm, acc[d]) / divisor;
+  } else if constexpr (kTable == SHAPEJIT_F16) {
     const float divisor = ref::round_to_output(kTable, c);
     for (int64_t d = 0; d < n; ++d) acc[d] = ref::round_to_output(kTable, acc[d]) / divisor;
   } else {
@@ -188,8 +197,8 @@ void max_block(const P& p, int64_t begin, int64_t end, int64_t c0, int64_t n, fl
   }
 }
 
-// Stores a finished block rounded once to the output dtype.
-void store_block(void* output, int64_t out_dtype, int64_t at, const float* acc, int64_t n) {
+// Stores a finished block rounded once to the output dtype (bf16 half up when `half_up`, H6).
+void store_block(void* output, int64_t out_dtype, int64_t at, const float* acc, int64_t n, bool half_up) {
   if (out_dtype == SHAPEJIT_F32) {
     std::copy(acc, acc + n, static_cast<float*>(output) + at);
     return;
@@ -197,6 +206,8 @@ void store_block(void* output, int64_t out_dtype, int64_t at, const float* acc, 
   uint16_t* out = static_cast<uint16_t*>(output) + at;
   if (out_dtype == SHAPEJIT_F16)
     for (int64_t d = 0; d < n; ++d) out[d] = ref::f32_to_f16(acc[d]);
+  else if (half_up)
+    for (int64_t d = 0; d < n; ++d) out[d] = ref::f32_to_bf16_half_up(acc[d]);
   else
     for (int64_t d = 0; d < n; ++d) out[d] = ref::f32_to_bf16(acc[d]);
 }
@@ -213,6 +224,8 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
   // Without index outputs (key.index_outputs false) the runtime passes them as null.
   const bool index_outputs = bag_size != nullptr;
   const int64_t out_stride = args.output_row_stride != 0 ? args.output_row_stride : p.dim;  // 0: dense rows
+  // H6: sums and maxima of a bf16 table without padding_idx round half up, the mean's quotient not.
+  const bool half_up = ref::bf16_fbgemm_path(kTable, flags.padding) && kMode != Mode::kMean;
   float acc[kBlock];
   Out unused_ids[kMode == Mode::kMax ? kBlock : 1];  // max's winners when nobody wants them
   for (int64_t b = args.bag_begin; b < args.bag_end; ++b) {
@@ -225,9 +238,9 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
         max_block<kTable>(p, begin, end, c0, n, acc, index_outputs ? max_indices + b * p.dim + c0 : unused_ids);
       } else {
         sum_block<kTable>(p, begin, end, c0, n, acc);
-        if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count);
+        if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count, flags.padding);
       }
-      store_block(args.output, flags.out, b * out_stride + c0, acc, n);
+      store_block(args.output, flags.out, b * out_stride + c0, acc, n, half_up);
     }
     if (!index_outputs) continue;
     if constexpr (kMode == Mode::kMean) max_indices[b] = static_cast<Out>(count);

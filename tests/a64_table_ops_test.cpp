@@ -387,7 +387,7 @@ TEST_CASE("a64 table ops: accumulate matches the spec's step for every dtype, wi
           const float x = r.value[size_t(j)];
           if (shapejit::jit::is_quantized_table(v.table)) a = ref::quantized_step(a, w * r.scale, w * r.bias, uint32_t(x));
           else if (!v.weighted) a = a + x;
-          else a = v.table == DType::kF32 ? std::fma(w, x, a) : a + w * x;  // the reference's rule
+          else a = v.table == DType::kF32 || key.bf16_fbgemm_path() ? std::fma(w, x, a) : a + w * x;  // ref's rule (H6)
         }
         fn(p - off, w_at, acc.data(), pos);
         shapejit::test::note_direct_run(shapejit::jit::Isa::kNeon);
@@ -505,10 +505,12 @@ TEST_CASE("a64 table ops: store_output and mean_finish round as the spec says, t
               if (mean) {
                 const bool half = table == DType::kF16 || table == DType::kBF16;
                 const float c = float(std::max<int64_t>(count, 1));
-                x = half ? ref::round_to_output(int64_t(table), x) / ref::round_to_output(int64_t(table), c) : x / c;
+                const float sum = table == DType::kBF16 ? ref::round_bf16_sum(key.bf16_fbgemm_path(), x)
+                                                        : half ? ref::round_to_output(int64_t(table), x) : x;
+                x = half ? sum / ref::round_to_output(int64_t(table), c) : x / c;
               }
               std::vector<unsigned char> want(static_cast<size_t>(elem));
-              ref::store_float_output(want.data(), int64_t(out), 0, x);
+              ref::store_float_output(want.data(), int64_t(out), 0, x, key.bf16_out_half_up());
               const unsigned char* got = row + elem * j;
               // Stores of given values are bitwise (NaNs included); a NaN the division computed
               // may carry another payload.

@@ -224,7 +224,7 @@ TEST_CASE("dtype ref: f16 sums accumulate in f32 and overflow to inf only at the
   CHECK(f16_to_f32(b.out_u16(1)) == 49984.0f);
 }
 
-TEST_CASE("dtype ref: bf16 follows A2 (count rounds to bf16 above 256: 257 -> 256)") {
+TEST_CASE("dtype ref: bf16 mean rounds the count to bf16 above 256 (257 -> 256); sums round once") {
   Bag b;
   append(b.table, f32_to_bf16(1.0f));
   append(b.table, f32_to_bf16(0.0f));
@@ -255,6 +255,49 @@ TEST_CASE("dtype ref: bf16 follows A2 (count rounds to bf16 above 256: 257 -> 25
   for (float v : {1.0f, 1.0f, 1.0f}) append(w.psw, f32_to_bf16(v));
   w.run();
   CHECK(bf16_to_f32(w.out_u16(0)) == 1.0f + 0x1p-7f);  // per-step bf16 rounding would give 1.0
+}
+
+// The values torch 2.13 prints for the reproducers of quantized-tables-semantics.md section 11.
+TEST_CASE("dtype ref: bf16 follows H6, torch 2.13's two paths (FBGEMM without padding_idx, ATen's loop with it)") {
+  const auto bf16_bag = [](std::vector<float> rows, std::vector<int64_t> indices) {
+    Bag b;
+    for (float v : rows) append(b.table, f32_to_bf16(v));
+    b.table_dtype = b.out_dtype = b.psw_dtype = SHAPEJIT_BF16;
+    b.rows = int64_t(rows.size());
+    b.dim = b.row_stride = 1;
+    b.indices = std::move(indices);
+    b.offsets = {0};
+    return b;
+  };
+  const std::vector<float> tie_rows = {1.0f, 0x1p-8f, 0.0f};
+  Bag sum = bf16_bag(tie_rows, {0, 1});  // 1 + 2^-8: a bf16 tie
+  sum.run();
+  CHECK(sum.out_u16(0) == 0x3F81);  // half up: 1 + 2^-7 (to nearest even would give 1.0)
+  Bag padded = bf16_bag(tie_rows, {0, 1});
+  padded.padding_idx = 2;
+  padded.run();
+  CHECK(padded.out_u16(0) == 0x3F80);  // 1.0
+  Bag mean = bf16_bag(tie_rows, {0, 1, 2});
+  mean.mode = SHAPEJIT_MEAN;
+  mean.run();
+  CHECK(bf16_to_f32(mean.out_u16(0)) == 0.3359375f);  // bu(1 + 2^-8) / 3 to nearest even
+  Bag padded_mean = bf16_bag(tie_rows, {0, 1});
+  padded_mean.mode = SHAPEJIT_MEAN;
+  padded_mean.padding_idx = 2;
+  padded_mean.run();
+  CHECK(bf16_to_f32(padded_mean.out_u16(0)) == 0.5f);
+  // Weighted: -inf + 2^100 * 2^100 is fused without padding_idx (-inf), the product overflows
+  // first with it (-inf + inf = NaN).
+  const std::vector<float> big_rows = {-INFINITY, 0x1p100f, 0.0f};
+  for (bool with_padding : {false, true}) {
+    Bag w = bf16_bag(big_rows, {0, 1});
+    for (float v : {1.0f, 0x1p100f}) append(w.psw, f32_to_bf16(v));
+    if (with_padding) w.padding_idx = 2;
+    w.run();
+    const float got = bf16_to_f32(w.out_u16(0));
+    if (with_padding) CHECK(std::isnan(got));
+    else CHECK(got == -INFINITY);
+  }
 }
 
 TEST_CASE("dtype ref: pruned tables skip -1, count what remains, report the index as given") {

@@ -131,6 +131,8 @@ TEST_CASE("embag neon dtypes: each dtype's kernel uses its widening and conversi
       {DType::kF16, Mode::kSum, false, DType::kF32, DType::kF16, {"fcvtl", "fcvtl2", "fadd", "fcvtn"}, {"shll", "fmla"}},
       {DType::kF16, Mode::kSum, true, DType::kF16, DType::kF16, {"fcvt", "fmla"}, {"fadd"}},
       {DType::kBF16, Mode::kMean, false, DType::kF32, DType::kBF16, {"shll", "shll2", "fdiv", "shrn"}, {"fcvtl"}},
+      // bf16 weighted without padding_idx: rule H6 fuses (fmla), no product rounded apart.
+      {DType::kBF16, Mode::kSum, true, DType::kBF16, DType::kBF16, {"shll", "fmla", "shrn"}, {"fmul"}},
       // Q8 takes the f64 step (fcvtl to 2d, fmla by element, fcvtn back), also in max.
       {DType::kQ8, Mode::kSum, false, DType::kF32, DType::kF32, {"uxtl", "ucvtf", "fcvtn2", "fmla"}, {"zip1"}},
       {DType::kQ8, Mode::kMax, false, DType::kF32, DType::kF16, {"fcmgt", "bit", "fcvtn2", "fmul"}, {}},

@@ -322,8 +322,8 @@ void A64TableOps::dequantize_q8(uint32_t dst_id, uint32_t q_id) {
 // Weighted float tables: the spec's step is acc + f32(w * x). For f32 tables the engine's rule is
 // one fma; for f16 the product of two halves is always exact in f32 (no overflow, no underflow),
 // so fmla is that step; bf16 products can overflow or underflow f32 (bf16 has f32's exponent
-// range), where fma would differ (e.g. -inf + (2^100 * 2^100) is NaN, the fma -inf): multiply,
-// then add.
+// range), where fma would differ (e.g. -inf + (2^100 * 2^100) is NaN, the fma -inf). Rule H6:
+// with padding_idx bf16 multiplies, then adds (ATen's loop); without, it fuses (FBGEMM).
 void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base, int64_t offset, int64_t cols) {
   if (!bound_) internal("accumulate before bind");
   if (cols < 1 || int64_t(acc.size()) * 4 < cols) internal("accumulate: columns do not fit the accumulators");
@@ -338,7 +338,7 @@ void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base,
       } else if (quantized()) {  // fmaf(s, q, acc + b): see f64_step
         a_.fadd(a.s4(), a.s4(), vq(b_).s4());
         a_.fmla(a.s4(), vq(x).s4(), vq(s_).s(0));
-      } else if (key_.weighted && key_.table == DType::kBF16) {  // acc + f32(w * x): see below
+      } else if (key_.weighted && key_.table == DType::kBF16 && !key_.bf16_fbgemm_path()) {  // see above
         a_.fmul(vq(x).s4(), vq(x).s4(), vq(w_).s(0));
         a_.fadd(a.s4(), a.s4(), vq(x).s4());
       } else if (key_.weighted) {
@@ -375,8 +375,16 @@ void A64TableOps::load_value(std::span<const uint32_t> dst, const a64::Gp& base,
 // bf16 round to nearest even of 4 f32 lanes into 16-bit lanes (low or high half of `out`):
 // (u + 0x7FFF + bit16(u)) >> 16, with the increment masked off for NaN lanes, which fmax has
 // quietened first (the quiet bit is bit 6 of the bf16), so a NaN keeps its sign and stays NaN.
-void A64TableOps::narrow_bf16(uint32_t out, uint32_t src, bool upper) {
+// half_up: rule H6's FBGEMM rounding (u + 0x8000) >> 16, no NaN case (ref f32_to_bf16_half_up).
+void A64TableOps::narrow_bf16(uint32_t out, uint32_t src, bool upper, bool half_up) {
   const a64::Vec x = vq(src), q = vq(t_[0]), ordered = vq(t_[1]), inc = vq(t_[2]);
+  if (half_up) {  // 0x7FFF + 1: the rounding constants already held
+    a_.add(inc.s4(), x.s4(), vq(half_).s4());
+    a_.add(inc.s4(), inc.s4(), vq(one_).s4());
+    if (upper) a_.shrn2(vq(out).h8(), inc.s4(), 16);
+    else a_.shrn(vq(out).h4(), inc.s4(), 16);
+    return;
+  }
   a_.fmax(q.s4(), x.s4(), x.s4());
   a_.fcmeq(ordered.s4(), x.s4(), x.s4());
   a_.ushr(inc.s4(), q.s4(), 16);
@@ -404,20 +412,20 @@ void A64TableOps::store_output(std::span<const uint32_t> src, const a64::Gp& bas
       a_.fcvtn(vq(out).h4(), vq(lo).s4());
       if (pair) a_.fcvtn2(vq(out).h8(), vq(src[size_t(c / 4 + 1)]).s4());
     } else {
-      narrow_bf16(out, lo, false);
-      if (pair) narrow_bf16(out, src[size_t(c / 4 + 1)], true);
+      narrow_bf16(out, lo, false, key_.bf16_out_half_up());
+      if (pair) narrow_bf16(out, src[size_t(c / 4 + 1)], true, key_.bf16_out_half_up());
     }
     store_bytes(out, base, offset + 2 * c, 2 * std::min<int64_t>(8, cols - c));
   }
 }
 
-// f32 -> the table's half dtype -> f32, in place.
-void A64TableOps::round_in_place(uint32_t v) {
+// f32 -> the table's half dtype -> f32, in place (bf16 half up when `half_up`, rule H6).
+void A64TableOps::round_in_place(uint32_t v, bool half_up) {
   if (key_.table == DType::kF16) {
     a_.fcvtn(vq(t_[0]).h4(), vq(v).s4());
     a_.fcvtl(vq(v).s4(), vq(t_[0]).h4());
   } else {
-    narrow_bf16(t_[3], v, false);
+    narrow_bf16(t_[3], v, false, half_up);
     a_.shll(vq(v).s4(), vq(t_[3]).h4(), 16);
   }
 }
@@ -434,7 +442,7 @@ void A64TableOps::mean_divisor(uint32_t div, const a64::Gp& count) {
 
 void A64TableOps::mean_divide(uint32_t acc, uint32_t div) {
   if (!bound_) internal("mean_divide before bind");
-  if (half_table()) round_in_place(acc);
+  if (half_table()) round_in_place(acc, key_.bf16_fbgemm_path());  // H6: the count to nearest even
   a_.fdiv(vq(acc).s4(), vq(acc).s4(), vq(div).s4());
 }
 

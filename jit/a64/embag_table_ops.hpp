@@ -114,8 +114,8 @@ class A64TableOps {
   void unpack_crumbs();
   void step_f64(uint32_t acc, uint32_t q);
   void dequantize_q8(uint32_t dst, uint32_t q);
-  void round_in_place(uint32_t v);                      // rnd16 / rndbf as f32 -> f32
-  void narrow_bf16(uint32_t out, uint32_t src, bool upper);  // 4 lanes -> 4 bf16 (shrn / shrn2)
+  void round_in_place(uint32_t v, bool half_up = false);  // rnd16 / rndbf (half_up: H6's) as f32 -> f32
+  void narrow_bf16(uint32_t out, uint32_t src, bool upper, bool half_up);  // 4 lanes -> 4 bf16 (shrn / shrn2)
 
   EmbagKey key_;
   asmjit::a64::Assembler& a_;

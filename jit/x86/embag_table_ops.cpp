@@ -428,13 +428,14 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
       load_float_cols(temp(0), m, cols);
       if (!weighted) {
         a_.vaddps(acc, acc, temp(0));
-      } else if (key_.table == DType::kBF16) {
-        // f32(acc + f32(w * x)): a bf16 product is exact only inside f32's range (bf16 has its
-        // exponents), so an fma differs where w * x overflows or underflows.
+      } else if (key_.table == DType::kBF16 && !key_.bf16_fbgemm_path()) {
+        // H6 with padding_idx, ATen's loop: f32(acc + f32(w * x)). A bf16 product is exact only
+        // inside f32's range (bf16 has its exponents), so an fma differs where w * x overflows or
+        // underflows; without padding_idx torch's FBGEMM kernel fuses (the branch below).
         a_.vmulps(temp(0), temp(0), vec(weight_));
         a_.vaddps(acc, acc, temp(0));
       } else {
-        a_.vfmadd231ps(acc, vec(weight_), temp(0));  // f16 x f16 is exact in f32: fma == mul + add
+        a_.vfmadd231ps(acc, vec(weight_), temp(0));  // f16 x f16 is exact in f32: fma == mul + add; bf16: H6
       }
       return;
     case DType::kQ8:

@@ -120,8 +120,9 @@ class X86TableOps {
                        const asmjit::x86::Vec& spare);
   void store_exact(const asmjit::x86::Mem& m, const asmjit::x86::Xmm& src, int64_t bytes);
   void masked_load(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t elem_bytes, int64_t bytes);
-  void bf16_round_bits(const asmjit::x86::Vec& src);  // temp(0) = rounded bits (bf16 in the high half)
-  void round_in_place(const asmjit::x86::Vec& v, DType to);
+  // temp(0) = rounded bits (bf16 in the high half); half_up: rule H6's FBGEMM rounding.
+  void bf16_round_bits(const asmjit::x86::Vec& src, bool half_up);
+  void round_in_place(const asmjit::x86::Vec& v, DType to, bool half_up = false);
 
   EmbagKey key_;
   asmjit::x86::Assembler& a_;

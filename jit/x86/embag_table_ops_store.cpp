@@ -1,5 +1,6 @@
 // X86TableOps, second part: exact-width and masked moves, output rounding (f16 by vcvtps2ph,
-// bf16 in integer arithmetic as ref/float16.hpp's f32_to_bf16), the mean finish and the store.
+// bf16 in integer arithmetic as ref/float16.hpp's f32_to_bf16 and f32_to_bf16_half_up), the mean
+// finish and the store.
 #include <string>
 
 #include "jit/x86/embag_table_ops.hpp"
@@ -83,8 +84,18 @@ void X86TableOps::masked_load(const x86::Vec& dst, const x86::Mem& m, int64_t el
 
 // temp(0) = f32_to_bf16(src) << 16 plus low garbage, per lane: NaN ? u | 0x00400000 (quiet,
 // sign kept) : u + 0x7FFF + ((u >> 16) & 1); the bf16 is the high half. src is unchanged.
-void X86TableOps::bf16_round_bits(const x86::Vec& src) {
+// half_up: f32_to_bf16_half_up instead, u + 0x8000 (rule H6's FBGEMM rounding, FBGEMM's own
+// vpaddd of 2^15; the NaNs a sum makes have zero low halves, so no NaN case).
+void X86TableOps::bf16_round_bits(const x86::Vec& src, bool half_up) {
   const x86::Vec r = temp(0), c = temp(1);
+  if (half_up) {
+    if (avx512_) a_.vpternlogd(c, c, c, 0xFF);
+    else a_.vpcmpeqd(c, c, c);
+    a_.vpsrld(c, c, 31);
+    a_.vpslld(c, c, 15);  // 0x00008000
+    a_.vpaddd(r, src, c);
+    return;
+  }
   a_.vpslld(r, src, 15);  // bit 16 of u to the top ...
   a_.vpsrld(r, r, 31);    // ... and down to bit 0
   a_.vpaddd(r, r, src);
@@ -107,14 +118,14 @@ void X86TableOps::bf16_round_bits(const x86::Vec& src) {
   }
 }
 
-// v = rnd(v) in f32 lanes, to f16 or bf16 (the spec's rnd16 / rndbf).
-void X86TableOps::round_in_place(const x86::Vec& v, DType to) {
+// v = rnd(v) in f32 lanes, to f16 or bf16 (the spec's rnd16 / rndbf; rndbf_up when half_up).
+void X86TableOps::round_in_place(const x86::Vec& v, DType to, bool half_up) {
   if (to == DType::kF16) {
     a_.vcvtps2ph(temp(0).half(), v, kRoundNearestEven);
     a_.vcvtph2ps(v, temp(0).half());
     return;
   }
-  bf16_round_bits(v);
+  bf16_round_bits(v, half_up);
   a_.vpsrld(temp(0), temp(0), 16);
   a_.vpslld(v, temp(0), 16);
 }
@@ -133,7 +144,9 @@ void X86TableOps::mean_divisor(uint32_t div_id, const x86::Gp& count, const x86:
 
 void X86TableOps::mean_finish(uint32_t acc_id, uint32_t div_id) {
   const x86::Vec acc = vec(acc_id);
-  if (key_.table == DType::kF16 || key_.table == DType::kBF16) round_in_place(acc, key_.table);
+  // H6: a bf16 sum on the FBGEMM path rounds half up before the division (the count and the
+  // quotient to nearest even).
+  if (key_.table == DType::kF16 || key_.table == DType::kBF16) round_in_place(acc, key_.table, key_.bf16_fbgemm_path());
   a_.vdivps(acc, acc, vec(div_id));
 }
 
@@ -171,7 +184,7 @@ void X86TableOps::store_output(const x86::Mem& dst, uint32_t src_id, int64_t col
       else store_exact(dst, temp(0).xmm(), bytes);
       return;
     case DType::kBF16: {
-      bf16_round_bits(src);
+      bf16_round_bits(src, key_.bf16_out_half_up());
       const x86::Vec r = temp(0);
       a_.vpsrld(r, r, 16);
       if (avx512_) {
