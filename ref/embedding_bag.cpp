@@ -3,7 +3,7 @@
 //   f32 tables:      embedding-bag-semantics.md rules 1-4.
 //   f16/bf16 tables: quantized-tables-semantics.md A1/A2 (f32 accumulator, rounded once; mean
 //                    rounds the sum and the count to the table dtype before dividing).
-//   Q8/Q4/Q2 tables: B4 (bias first, then the scaled code in double), beyond-ATen 3-6 (mean,
+//   Q8/Q4/Q2 tables: B4 (bias first, then the scaled code by fmaf), beyond-ATen 3-6 (mean,
 //                    max, f16/bf16 outputs rounded once, padding on the index as given).
 #include "ref/embedding_bag.hpp"
 
@@ -193,7 +193,7 @@ void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   });
 }
 
-// B4: per position s = w * scale, b = w * bias; per column acc = f64(s) * q + f64(acc + b), in f32.
+// B4: per position s = w * scale, b = w * bias; per column acc = fmaf(s, q, acc + b).
 void sum_quantized_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   std::fill(res.begin(), res.end(), 0.0f);
   const bool weighted = c.a.per_sample_weights != nullptr;
