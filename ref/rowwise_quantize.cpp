@@ -92,8 +92,11 @@ OptimizedRange optimized_range(const float* x, int64_t n, int64_t nbins, float r
   const RowRange full = first_min_max(x, n);
   OptimizedRange out{true, full, false, 0.0f, 0.0f};
   const float step = (full.max - full.min) / static_cast<float>(nbins);
-  const int min_bins = static_cast<int>(static_cast<double>(nbins) * (1.0 - static_cast<double>(ratio)));
-  const float threshold = static_cast<float>(min_bins) * step;
+  // torch 2.13 keeps min_bins as a float, f32(f32(nbins) * (1 - ratio)) computed in double (1.13
+  // truncated it to an int: nbins 60, ratio 0.2 gave 47 where 2.13 has 48).
+  const float min_bins =
+      static_cast<float>(static_cast<double>(static_cast<float>(nbins)) * (1.0 - static_cast<double>(ratio)));
+  const float threshold = min_bins * step;
   float cur_min = full.min, cur_max = full.max;
   float cur_loss = window_loss(x, n, cur_min, cur_max, bits);
   float best_loss = cur_loss;
@@ -154,7 +157,8 @@ void unpack_row(const uint8_t* row, int64_t dim, RowwiseBits bits, float* out) {
     float scale, bias;
     std::memcpy(&scale, row + dim, 4);
     std::memcpy(&bias, row + dim + 4, 4);
-    for (int64_t j = 0; j < dim; ++j) out[j] = static_cast<float>(row[j]) * scale + bias;
+    // FBGEMM's dequantize is one fma (torch 2.13; 1.13 multiplied, then added).
+    for (int64_t j = 0; j < dim; ++j) out[j] = std::fmaf(static_cast<float>(row[j]), scale, bias);
     return;
   }
   const int64_t per = codes_per_byte(bits), code_bytes = (dim + per - 1) / per;
@@ -165,7 +169,7 @@ void unpack_row(const uint8_t* row, int64_t dim, RowwiseBits bits, float* out) {
   const float scale = f16_to_f32(scale_bits), bias = f16_to_f32(bias_bits);
   for (int64_t j = 0; j < dim; ++j) {
     const int q = (row[j / per] >> (width * (j % per))) & mask;
-    out[j] = scale * static_cast<float>(q) + bias;
+    out[j] = std::fmaf(scale, static_cast<float>(q), bias);  // an f16 scale times a code is exact: = mul + add
   }
 }
 

@@ -100,6 +100,9 @@ def check_family(sj, bits):
                 assert actual.error is not None, "{}\n  case: {}\n  shapejit must raise, but returned a result".format(
                     replay_hint(family, case_seed), text)
                 return False
+            bags = len(call.offset_list) - call.include_last_offset
+            if kind == "differs" or (bits == 8 and psw is not None and psw.dtype != torch.float32 and bags <= 0):
+                return False  # documented differences: torch reads the weights' type only inside a bag
             expected = Outcome(lambda: theirs(indices, offsets, psw, mapping))
         compare(family, case_seed, text, actual, expected, ("output",))
         return expected.error is None
