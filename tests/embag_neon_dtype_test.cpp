@@ -134,7 +134,7 @@ TEST_CASE("embag neon dtypes: each dtype's kernel uses its widening and conversi
       // Every bit width takes B4's f32 step (fadd, then fmla by element): no f64 (1.13's step,
       // fcvtl to 2d and fcvtn back) and no separate multiply, also in max.
       {DType::kQ8, Mode::kSum, false, DType::kF32, DType::kF32, {"uxtl", "ucvtf", "fadd", "fmla"}, {"zip1", "fcvtn", "fcvtl"}},
-      {DType::kQ8, Mode::kMax, false, DType::kF32, DType::kF16, {"fcmgt", "bit", "fcvtn2", "fmla"}, {"fmul", "fcvtl"}},
+      {DType::kQ8, Mode::kMax, false, DType::kF32, DType::kF16, {"fcmgt", "bit", "fcvtn", "fmla"}, {"fmul", "fcvtl"}},
       // Q4/Q2: nibbles / crumbs split and interleaved.
       {DType::kQ4, Mode::kSum, false, DType::kF32, DType::kF32, {"and", "ushr", "zip1", "fmla"}, {"fcvtn2"}},
       {DType::kQ4, Mode::kSum, true, DType::kF16, DType::kF32, {"fcvt", "fmul", "fmla"}, {"fcvtn2", "fcvtl2"}},
