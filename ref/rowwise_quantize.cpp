@@ -78,6 +78,28 @@ uint16_t f16_bits_as_torch(float v) {
   return f32_to_f16(v);
 }
 
+RowRange vector_min_max(const float* x, int64_t n) {
+  if (n == 0) return {0.0f, 0.0f};
+  constexpr int64_t kLanes = 8;
+  float lo[kLanes], hi[kLanes];
+  for (int64_t i = 0; i < kLanes; ++i) lo[i] = std::numeric_limits<float>::max(), hi[i] = -std::numeric_limits<float>::max();
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t c = 0; c < whole; c += kLanes)
+    for (int64_t i = 0; i < kLanes; ++i) {
+      const float v = x[c + i];
+      lo[i] = lo[i] < v ? lo[i] : v;  // _mm256_min_ps: the second operand unless the first is less
+      hi[i] = hi[i] > v ? hi[i] : v;
+    }
+  RowRange r{std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()};
+  auto take = [&r](float lo_v, float hi_v) {
+    r.min = lo_v < r.min ? lo_v : r.min;  // std::min(r.min, v): v only when less
+    r.max = r.max < hi_v ? hi_v : r.max;  // std::max(r.max, v): v only when greater
+  };
+  for (int64_t i = 0; i < kLanes; ++i) take(lo[i], hi[i]);
+  for (int64_t c = whole; c < n; ++c) take(x[c], x[c]);
+  return r;
+}
+
 RowRange first_min_max(const float* x, int64_t n) {
   if (n == 0) return {0.0f, 0.0f};
   RowRange r{x[0], x[0]};
@@ -124,7 +146,7 @@ OptimizedRange optimized_range(const float* x, int64_t n, int64_t nbins, float r
 }
 
 void pack_row_8bit(const float* x, int64_t dim, uint8_t* out) {
-  const RowRange r = first_min_max(x, dim);
+  const RowRange r = vector_min_max(x, dim);  // torch 2.13 packs through FBGEMM's AVX2 routine
   const float range = r.max - r.min;
   const float scale = range / 255.0f;
   const float inverse = 255.0f / (range + 1e-8f);
