@@ -109,12 +109,14 @@ TEST_CASE("rowwise: 8-bit rows by hand") {
     CHECK(f32_at(b, 4) == 2.0f / 255.0f);
     CHECK(f32_bits(f32_at(b, 8)) == 0x80000000u);
   }
-  SUBCASE("NaN at element 0 is both min and max: NaN scale, codes 0, the NaN itself as bias") {
+  SUBCASE("a NaN never wins FBGEMM's min/max (torch 2.13): the range of the others, code 0 for it") {
+    // pip torch 2.13 packs {NaN, 1, 2} as codes 0, 0, 255, scale 1/255, bias 1 (1.13 took the
+    // NaN at element 0 as both minimum and maximum).
     const float nan_payload = shapejit::ref::f32_from_bits(0x7FC01234u);
     const auto b = pack(DType::kQ8, {nan_payload, 1.0f, 2.0f});
-    CHECK(std::vector<uint8_t>(b.begin(), b.begin() + 3) == std::vector<uint8_t>{0, 0, 0});
-    CHECK(std::isnan(f32_at(b, 3)));
-    CHECK(f32_bits(f32_at(b, 7)) == 0x7FC01234u);
+    CHECK(std::vector<uint8_t>(b.begin(), b.begin() + 3) == std::vector<uint8_t>{0, 0, 255});
+    CHECK(f32_at(b, 3) == 1.0f / 255.0f);
+    CHECK(f32_at(b, 7) == 1.0f);
   }
   SUBCASE("a NaN elsewhere is never picked and codes 0") {
     const auto b = pack(DType::kQ8, {1.0f, kNaN, 3.0f});
@@ -169,11 +171,11 @@ TEST_CASE("rowwise: 4-bit and 2-bit rows by hand") {
     CHECK(u16_at(b, 1) == 0x3C00);
     CHECK(u16_at(b, 3) == 0x0000);
   }
-  SUBCASE("NaN at element 0: f16 NaN without payload, sign kept") {
+  SUBCASE("NaN at element 0 never wins FBGEMM's min/max (torch 2.13: scale 1, bias 1, code 0)") {
     const auto b = pack(DType::kQ4, {-shapejit::ref::f32_from_bits(0x7FC12345u), 1.0f});
     CHECK(b[0] == 0);
-    CHECK(u16_at(b, 1) == 0xFE00);
-    CHECK(u16_at(b, 3) == 0xFE00);
+    CHECK(u16_at(b, 1) == 0x3C00);
+    CHECK(u16_at(b, 3) == 0x3C00);
   }
 }
 
