@@ -4,7 +4,7 @@
 //   f16/bf16 tables: quantized-tables-semantics.md H1-H6 (f32 accumulator, rounded once; mean
 //                    rounds the sum and the count to the table dtype before dividing; bf16
 //                    without padding_idx fuses weighted terms and rounds sums half up, H6).
-//   Q8/Q4/Q2 tables: B4 (bias first, then the scaled code in double), beyond-ATen 3-6 (mean,
+//   Q8/Q4/Q2 tables: B4 (bias first, then the scaled code by fmaf), beyond-ATen 3-6 (mean,
 //                    max, f16/bf16 outputs rounded once, padding on the index as given).
 #include "ref/embedding_bag.hpp"
 
@@ -196,7 +196,7 @@ void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   });
 }
 
-// B4: per position s = w * scale, b = w * bias; per column acc = f64(s) * q + f64(acc + b), in f32.
+// B4: per position s = w * scale, b = w * bias; per column acc = fmaf(s, q, acc + b).
 void sum_quantized_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   std::fill(res.begin(), res.end(), 0.0f);
   const bool weighted = c.a.per_sample_weights != nullptr;

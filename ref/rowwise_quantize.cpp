@@ -78,6 +78,28 @@ uint16_t f16_bits_as_torch(float v) {
   return f32_to_f16(v);
 }
 
+RowRange vector_min_max(const float* x, int64_t n) {
+  if (n == 0) return {0.0f, 0.0f};
+  constexpr int64_t kLanes = 8;
+  float lo[kLanes], hi[kLanes];
+  for (int64_t i = 0; i < kLanes; ++i) lo[i] = std::numeric_limits<float>::max(), hi[i] = -std::numeric_limits<float>::max();
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t c = 0; c < whole; c += kLanes)
+    for (int64_t i = 0; i < kLanes; ++i) {
+      const float v = x[c + i];
+      lo[i] = lo[i] < v ? lo[i] : v;  // _mm256_min_ps: the second operand unless the first is less
+      hi[i] = hi[i] > v ? hi[i] : v;
+    }
+  RowRange r{std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()};
+  auto take = [&r](float lo_v, float hi_v) {
+    r.min = lo_v < r.min ? lo_v : r.min;  // std::min(r.min, v): v only when less
+    r.max = r.max < hi_v ? hi_v : r.max;  // std::max(r.max, v): v only when greater
+  };
+  for (int64_t i = 0; i < kLanes; ++i) take(lo[i], hi[i]);
+  for (int64_t c = whole; c < n; ++c) take(x[c], x[c]);
+  return r;
+}
+
 RowRange first_min_max(const float* x, int64_t n) {
   if (n == 0) return {0.0f, 0.0f};
   RowRange r{x[0], x[0]};
@@ -92,8 +114,11 @@ OptimizedRange optimized_range(const float* x, int64_t n, int64_t nbins, float r
   const RowRange full = first_min_max(x, n);
   OptimizedRange out{true, full, false, 0.0f, 0.0f};
   const float step = (full.max - full.min) / static_cast<float>(nbins);
-  const int min_bins = static_cast<int>(static_cast<double>(nbins) * (1.0 - static_cast<double>(ratio)));
-  const float threshold = static_cast<float>(min_bins) * step;
+  // torch 2.13 keeps min_bins as a float, f32(f32(nbins) * (1 - ratio)) computed in double (1.13
+  // truncated it to an int: nbins 60, ratio 0.2 gave 47 where 2.13 has 48).
+  const float min_bins =
+      static_cast<float>(static_cast<double>(static_cast<float>(nbins)) * (1.0 - static_cast<double>(ratio)));
+  const float threshold = min_bins * step;
   float cur_min = full.min, cur_max = full.max;
   float cur_loss = window_loss(x, n, cur_min, cur_max, bits);
   float best_loss = cur_loss;
@@ -121,7 +146,7 @@ OptimizedRange optimized_range(const float* x, int64_t n, int64_t nbins, float r
 }
 
 void pack_row_8bit(const float* x, int64_t dim, uint8_t* out) {
-  const RowRange r = first_min_max(x, dim);
+  const RowRange r = vector_min_max(x, dim);  // torch 2.13 packs through FBGEMM's AVX2 routine
   const float range = r.max - r.min;
   const float scale = range / 255.0f;
   const float inverse = 255.0f / (range + 1e-8f);
@@ -154,7 +179,8 @@ void unpack_row(const uint8_t* row, int64_t dim, RowwiseBits bits, float* out) {
     float scale, bias;
     std::memcpy(&scale, row + dim, 4);
     std::memcpy(&bias, row + dim + 4, 4);
-    for (int64_t j = 0; j < dim; ++j) out[j] = static_cast<float>(row[j]) * scale + bias;
+    // FBGEMM's dequantize is one fma (torch 2.13; 1.13 multiplied, then added).
+    for (int64_t j = 0; j < dim; ++j) out[j] = std::fmaf(static_cast<float>(row[j]), scale, bias);
     return;
   }
   const int64_t per = codes_per_byte(bits), code_bytes = (dim + per - 1) / per;
@@ -165,7 +191,7 @@ void unpack_row(const uint8_t* row, int64_t dim, RowwiseBits bits, float* out) {
   const float scale = f16_to_f32(scale_bits), bias = f16_to_f32(bias_bits);
   for (int64_t j = 0; j < dim; ++j) {
     const int q = (row[j / per] >> (width * (j % per))) & mask;
-    out[j] = scale * static_cast<float>(q) + bias;
+    out[j] = std::fmaf(scale, static_cast<float>(q), bias);  // an f16 scale times a code is exact: = mul + add
   }
 }
 

@@ -30,6 +30,12 @@ struct RowRange {
 /// The first minimum and first maximum of x[0, n) as std::min_element / std::max_element pick
 /// them (strict `<` scans, so a NaN is chosen only when it is x[0]). An empty row gives [0, 0].
 RowRange first_min_max(const float* x, int64_t n);
+/// The row's minimum and maximum as torch 2.13's plain prepack (FBGEMM's AVX2 quantize) finds
+/// them: 8 lanes from FLT_MAX / -FLT_MAX taking columns i, i + 8, ... of the whole vectors by
+/// `lane < x ? lane : x` (max: `lane > x ? lane : x`), then std::min / std::max over the lanes
+/// and the remaining columns. Differs from first_min_max only on signed zeros and NaN. n = 0
+/// gives {0, 0} (shapejit's choice for D = 0).
+RowRange vector_min_max(const float* x, int64_t n);
 
 /// What torch's choose_qparams_optimized search gives for one row, or why it has no answer.
 struct OptimizedRange {

@@ -83,17 +83,16 @@ inline QuantizedRow<kBits> quantized_row(const unsigned char* row, int64_t dim) 
   return {row, f16_to_f32(load_u16(trailer)), f16_to_f32(load_u16(trailer + 2))};
 }
 
-/// One accumulation step of a quantized bag (B4): the weighted bias is added first, then the
-/// scaled code in double precision, rounded once to f32. `s` and `b` are f32(w * scale) and
-/// f32(w * bias). The double step is exact but for its last rounding (s * q has at most 32
-/// significant bits), so std::fma and a double multiply-then-add agree; std::fma states it.
+/// One accumulation step of a quantized bag (rule B4, torch 2.13 / FBGEMM): the weighted bias is
+/// added first, then the scaled code by a single-precision fma. `s` and `b` are f32(w * scale)
+/// and f32(w * bias). The same step for every bit width, weighted or not.
 inline float quantized_step(float acc, float s, float b, uint32_t q) {
   const float t = acc + b;
-  return static_cast<float>(std::fma(static_cast<double>(s), static_cast<double>(q), static_cast<double>(t)));
+  return std::fmaf(s, static_cast<float>(q), t);
 }
 
-/// The dequantized value of a code, as the mean and max rules define it (beyond-ATen 3): the
-/// step above from +0.0 with weight 1.
+/// The dequantized value of a code, as the mean and max rules define it (beyond-ATen 2): the
+/// step above from +0.0 with weight 1, i.e. fmaf(scale, q, 0 + bias).
 inline float dequantized_value(float scale, float bias, uint32_t q) { return quantized_step(0.0f, scale, bias, q); }
 
 /// Rounds an f32 result to the output dtype (f32: unchanged) and stores it as element i; bf16 by

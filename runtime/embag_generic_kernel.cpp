@@ -4,8 +4,8 @@
 //   f16/bf16: the same in f32 with w * x then one add (bf16 without padding_idx: std::fma and
 //             sums rounded half up, rule H6); mean rounds the sum and the count to the table
 //             dtype, then divides; the output is rounded once;
-//   Q8/Q4/Q2: per position s = w * scale, b = w * bias; per column acc = f64(s) * q + f64(acc + b)
-//             rounded to f32 (s * q is exact in f64, so this equals the spec's double fma);
+//   Q8/Q4/Q2: per position s = w * scale, b = w * bias; per column acc = fmaf(s, q, acc + b)
+//             (ref::quantized_step, torch 2.13's FBGEMM order);
 //   max:      copies the first contributing row, then replaces on strict `>`.
 // Columns are independent, so each bag runs in column blocks of a stack accumulator (no
 // allocation in a kernel) that are rounded to the output dtype once finished. Vectorising the
@@ -105,19 +105,11 @@ void sum_float_row(float* __restrict acc, const unsigned char* row, int64_t c0, 
   }
 }
 
-// The B4 step in double: s * q is exact, so one double add and the f32 conversion round as the
-// spec's fma does.
-inline float quantized_step(float acc, float s, float b, uint32_t q) {
-  const float t = acc + b;
-  const double scaled = static_cast<double>(s) * static_cast<double>(q);
-  return static_cast<float>(scaled + static_cast<double>(t));
-}
-
 template <int kBits>
 void sum_quantized_row(float* __restrict acc, const unsigned char* row, int64_t dim, int64_t c0, int64_t n, float w) {
   const ref::QuantizedRow<kBits> q = ref::quantized_row<kBits>(row, dim);
   const float s = w * q.scale, b = w * q.bias;
-  for (int64_t d = 0; d < n; ++d) acc[d] = quantized_step(acc[d], s, b, q.code(c0 + d));
+  for (int64_t d = 0; d < n; ++d) acc[d] = ref::quantized_step(acc[d], s, b, q.code(c0 + d));
 }
 
 // Columns [c0, c0 + n) of a row as max mode compares them (beyond-ATen 3 for quantized rows).
@@ -128,7 +120,7 @@ void row_values(float* __restrict x, const unsigned char* row, int64_t dim, int6
   } else {
     constexpr int kBits = kTable == SHAPEJIT_Q8 ? 8 : kTable == SHAPEJIT_Q4 ? 4 : 2;
     const ref::QuantizedRow<kBits> q = ref::quantized_row<kBits>(row, dim);
-    for (int64_t d = 0; d < n; ++d) x[d] = quantized_step(0.0f, q.scale, q.bias, q.code(c0 + d));
+    for (int64_t d = 0; d < n; ++d) x[d] = ref::dequantized_value(q.scale, q.bias, q.code(c0 + d));
   }
 }
 

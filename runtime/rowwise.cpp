@@ -146,7 +146,7 @@ void run_rowwise_prepack(const shapejit_rowwise_prepack_args& a, const PrepackPl
   for (int64_t r = 0; r < a.rows; ++r) {
     const float* x = source_row(a, p.f16, r, scratch);
     if (!a.optimized_qparams) {
-      ranges[size_t(r)] = ref::first_min_max(x, a.dim);
+      ranges[size_t(r)] = ref::vector_min_max(x, a.dim);  // FBGEMM's, as torch 2.13's plain prepack
       continue;
     }
     const ref::OptimizedRange o = ref::optimized_range(x, a.dim, a.nbins, a.ratio, bits);

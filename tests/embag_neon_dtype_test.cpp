@@ -133,12 +133,13 @@ TEST_CASE("embag neon dtypes: each dtype's kernel uses its widening and conversi
       {DType::kBF16, Mode::kMean, false, DType::kF32, DType::kBF16, {"shll", "shll2", "fdiv", "shrn"}, {"fcvtl"}},
       // bf16 weighted without padding_idx: rule H6 fuses (fmla), no product rounded apart.
       {DType::kBF16, Mode::kSum, true, DType::kBF16, DType::kBF16, {"shll", "fmla", "shrn"}, {"fmul"}},
-      // Q8 takes the f64 step (fcvtl to 2d, fmla by element, fcvtn back), also in max.
-      {DType::kQ8, Mode::kSum, false, DType::kF32, DType::kF32, {"uxtl", "ucvtf", "fcvtn2", "fmla"}, {"zip1"}},
-      {DType::kQ8, Mode::kMax, false, DType::kF32, DType::kF16, {"fcmgt", "bit", "fcvtn2", "fmul"}, {}},
-      // Q4/Q2: nibbles / crumbs split and interleaved; unweighted sums use the f32 fmla.
+      // Every bit width takes B4's f32 step (fadd, then fmla by element): no f64 (1.13's step,
+      // fcvtl to 2d and fcvtn back) and no separate multiply, also in max.
+      {DType::kQ8, Mode::kSum, false, DType::kF32, DType::kF32, {"uxtl", "ucvtf", "fadd", "fmla"}, {"zip1", "fcvtn", "fcvtl"}},
+      {DType::kQ8, Mode::kMax, false, DType::kF32, DType::kF16, {"fcmgt", "bit", "fcvtn", "fmla"}, {"fmul", "fcvtl"}},
+      // Q4/Q2: nibbles / crumbs split and interleaved.
       {DType::kQ4, Mode::kSum, false, DType::kF32, DType::kF32, {"and", "ushr", "zip1", "fmla"}, {"fcvtn2"}},
-      {DType::kQ4, Mode::kSum, true, DType::kF16, DType::kF32, {"fcvt", "fcvtn2"}, {}},
+      {DType::kQ4, Mode::kSum, true, DType::kF16, DType::kF32, {"fcvt", "fmul", "fmla"}, {"fcvtn2", "fcvtl2"}},
       {DType::kQ2, Mode::kMax, false, DType::kF32, DType::kBF16, {"zip1", "fcmgt", "shrn"}, {}},
   };
   for (const Expect& e : cases) {

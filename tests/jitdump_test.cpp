@@ -47,7 +47,8 @@ const std::vector<std::string> kGoldenKeys{
     "embag.avx2.f32.d13.max.i64.o32",
     "embag.avx512.f32.d37.sum.i32.o64.w.pf4",
     // Table dtypes (X86TableOps): 4-bit sum at the speed target's width; 2-bit on AVX-512 with
-    // f16 weights (the f64 step), a tail, pruning and an f16 output; 8-bit max with a bf16 output.
+    // f16 weights (scale and bias weighted once per row, then add and fma), a tail, pruning and
+    // an f16 output; 8-bit max with a bf16 output.
     "embag.avx2.q4.d128.sum.i64.o64",
     "embag.avx512.q2.d36.sum.i32.o32.wf16.pruned.outf16",
     "embag.avx2.q8.d20.max.i64.o64.pad.outbf16",

@@ -109,12 +109,14 @@ TEST_CASE("rowwise: 8-bit rows by hand") {
     CHECK(f32_at(b, 4) == 2.0f / 255.0f);
     CHECK(f32_bits(f32_at(b, 8)) == 0x80000000u);
   }
-  SUBCASE("NaN at element 0 is both min and max: NaN scale, codes 0, the NaN itself as bias") {
+  SUBCASE("a NaN never wins FBGEMM's min/max (torch 2.13): the range of the others, code 0 for it") {
+    // pip torch 2.13 packs {NaN, 1, 2} as codes 0, 0, 255, scale 1/255, bias 1 (1.13 took the
+    // NaN at element 0 as both minimum and maximum).
     const float nan_payload = shapejit::ref::f32_from_bits(0x7FC01234u);
     const auto b = pack(DType::kQ8, {nan_payload, 1.0f, 2.0f});
-    CHECK(std::vector<uint8_t>(b.begin(), b.begin() + 3) == std::vector<uint8_t>{0, 0, 0});
-    CHECK(std::isnan(f32_at(b, 3)));
-    CHECK(f32_bits(f32_at(b, 7)) == 0x7FC01234u);
+    CHECK(std::vector<uint8_t>(b.begin(), b.begin() + 3) == std::vector<uint8_t>{0, 0, 255});
+    CHECK(f32_at(b, 3) == 1.0f / 255.0f);
+    CHECK(f32_at(b, 7) == 1.0f);
   }
   SUBCASE("a NaN elsewhere is never picked and codes 0") {
     const auto b = pack(DType::kQ8, {1.0f, kNaN, 3.0f});
@@ -169,11 +171,11 @@ TEST_CASE("rowwise: 4-bit and 2-bit rows by hand") {
     CHECK(u16_at(b, 1) == 0x3C00);
     CHECK(u16_at(b, 3) == 0x0000);
   }
-  SUBCASE("NaN at element 0: f16 NaN without payload, sign kept") {
+  SUBCASE("NaN at element 0 never wins FBGEMM's min/max (torch 2.13: scale 1, bias 1, code 0)") {
     const auto b = pack(DType::kQ4, {-shapejit::ref::f32_from_bits(0x7FC12345u), 1.0f});
     CHECK(b[0] == 0);
-    CHECK(u16_at(b, 1) == 0xFE00);
-    CHECK(u16_at(b, 3) == 0xFE00);
+    CHECK(u16_at(b, 1) == 0x3C00);
+    CHECK(u16_at(b, 3) == 0x3C00);
   }
 }
 
@@ -228,6 +230,15 @@ TEST_CASE("rowwise: optimized_qparams") {
   }
 }
 
+TEST_CASE("rowwise: optimized_qparams keeps min_bins a float (torch 2.13)") {
+  // nbins 60, ratio 0.2f: torch 2.13's min_bins is 48.0, 1.13 truncated 60 * (1 - 0.2f) =
+  // 47.9999998 to 47, so the searches' thresholds differ; on this row they choose different
+  // windows (bytes from pip torch 2.13; 1.13's rule gives {113, 141, 150, 57, 57, 0, 190}).
+  const std::vector<float> row = {-1.125f, -1.75f, 0.75f,  -0.625f, -0.625f, 0.25f,
+                                  -1.25f,  -0.375f, -0.125f, -1.0f,   -0.875f, -0.125f};
+  CHECK(pack(DType::kQ2, row, {true, 60, 0.2f}) == std::vector<uint8_t>{113, 141, 150, 114, 57, 43, 190});
+}
+
 TEST_CASE("rowwise: f16 input is widened exactly, strides are honoured, unpack inverts within a step") {
   std::mt19937 gen(11);
   std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -273,18 +284,20 @@ TEST_CASE("rowwise: f16 input is widened exactly, strides are honoured, unpack i
   }
 }
 
-TEST_CASE("rowwise: unpack is f32(f32(code * scale) + bias) and honours row_bytes") {
+TEST_CASE("rowwise: unpack is fmaf(code, scale, bias) (torch 2.13) and honours row_bytes") {
   // One 4-bit row, D = 4: codes 1, 2, 15, 0; scale 0.5, bias -1 (f16), padded to 8 bytes per row.
   const std::vector<uint8_t> rows = {0x21, 0x0F, 0x00, 0x38, 0x00, 0xBC, 0xEE, 0xEE};
   const auto back = shapejit::rowwise_unpack(DType::kQ4, rows.data(), 1, 4, 8);
   CHECK(back == std::vector<float>{-0.5f, 0.0f, 6.5f, -1.0f});
-  // 8-bit: 200 * 0.1f rounds once, then the bias adds with one more rounding.
-  std::vector<uint8_t> q8 = {200, 0, 0, 0, 0, 0, 0, 0, 0};
-  const float scale = 0.1f, bias = 1e-3f;
+  // 8-bit: 65 * 16519105 * 2^-54 + 1 rounds once (one fma) to 1 + 2^-23; a multiply rounding the
+  // product first (torch 1.13's unpack) gives 1.0.
+  std::vector<uint8_t> q8 = {65, 0, 0, 0, 0, 0, 0, 0, 0};
+  const float scale = std::ldexp(16519105.0f, -54), bias = 1.0f;
   std::memcpy(q8.data() + 1, &scale, 4);
   std::memcpy(q8.data() + 5, &bias, 4);
-  const volatile float product = 200.0f * scale;
-  CHECK(f32_bits(shapejit::rowwise_unpack(DType::kQ8, q8.data(), 1, 1)[0]) == f32_bits(product + bias));
+  const volatile float product = 65.0f * scale;
+  CHECK(product + bias == 1.0f);
+  CHECK(f32_bits(shapejit::rowwise_unpack(DType::kQ8, q8.data(), 1, 1)[0]) == f32_bits(std::nextafter(1.0f, 2.0f)));
 }
 
 TEST_CASE("rowwise: prepack argument rules; nothing is written on error") {

@@ -1,9 +1,8 @@
 // A64TableOps: see embag_table_ops.hpp for the conventions. Register plan per dtype (temps are
 // t_[0..]; every operation may clobber all of them):
 //   f32        t0 t1 (ldp pair)                 f16 / bf16  t0 (halves) t1 (low 4 widened)
-//   Q4 / Q2    t0 t1 (codes, nibbles, crumbs; then widened to 16 bit), t2 (4 codes as f32);
-//              masks 0x0F (and 0x03)
-//   Q8, and weighted Q4 / Q2: also t3 t4 (the f64 halves of the accumulate step, see f64_step)
+//   Q8/Q4/Q2   t0 t1 (codes, nibbles, crumbs; then widened to 16 bit), t2 (4 codes as f32);
+//              Q4 / Q2: masks 0x0F (and 0x03)
 // plus the weight w_ (weighted), scale s_ and bias b_ (quantized), and the bf16 rounding
 // constants (bf16 output, bf16 mean). Stores and mean_finish reuse the temps.
 #include "jit/a64/embag_table_ops.hpp"
@@ -53,15 +52,8 @@ A64TableOps::A64TableOps(const EmbagKey& key, a64::Assembler& a) : key_(key), a_
 
 bool A64TableOps::quantized() const { return is_quantized_table(key_.table); }
 
-// The B4 step acc = f32(f64(s) * q + f64(t)) equals the single-precision fmaf(s, q, t) when
-// s * q has few enough bits that the f64 sum cannot fall on an f32 halfway point unless the
-// exact one does: an unweighted Q4/Q2 scale is an f16 (11 bits), times a code of <= 4 bits. A
-// weighted scale f32(w * scale) has up to 24 bits, and then fmaf differs (e.g. s = 0x1.2309acp+19,
-// q = 14, t = 0x1.d032p-68: fmaf 0x1.fd50eep+22, f64 0x1.fd50ecp+22), as it does for Q8 always.
-bool A64TableOps::f64_step() const { return key_.table == DType::kQ8 || (quantized() && key_.weighted); }
-
 int A64TableOps::temp_count() const {
-  int temps = f64_step() ? 5 : quantized() ? 3 : 2;
+  int temps = quantized() ? 3 : 2;
   if (key_.out == DType::kBF16) temps = std::max(temps, 4);  // narrow_bf16's three + the output
   if (key_.mode == Mode::kMean) temps = std::max(temps, key_.table == DType::kBF16 ? 5 : 2);  // + divisor
   return temps;
@@ -183,9 +175,9 @@ void A64TableOps::load_weight(const a64::Gp& psw, const a64::Gp& pos) {
   else a_.shll(vq(w_).s4(), vq(w_).h4(), 16);  // bf16: the upper half of an f32
 }
 
-// Sum / mean: s_ = f32(w * scale) in lane 0 (Q8: widened to f64 after), b_ = f32(w * bias) in
-// every lane. Max: the dequantize step's scale (Q8: f64) and bias, the bias as f32(+0 + bias),
-// the step from +0.0 that defines the dequantized value (-0.0 becomes +0.0).
+// Sum / mean: s_ = f32(w * scale) in lane 0, b_ = f32(w * bias) in every lane (B4). Max: the
+// dequantize step's scale and bias, the bias as f32(+0 + bias), the step from +0.0 that defines
+// the dequantized value (-0.0 becomes +0.0).
 void A64TableOps::row_setup(const a64::Gp& base, int64_t row_offset) {
   if (!quantized()) return;
   const int64_t trailer = row_offset + code_bytes(key_.dim);
@@ -203,13 +195,7 @@ void A64TableOps::row_setup(const a64::Gp& base, int64_t row_offset) {
   } else if (key_.weighted) {
     a_.fmul(s.s2(), s.s2(), vq(w_).s(0));
   }
-  if (key_.table == DType::kQ8 && max) {
-    a_.fcvtl(s.d2(), s.s2());
-    a_.dup(b.d2(), s.d(1));
-  } else {
-    a_.dup(b.s4(), s.s(1));
-    if (!max && f64_step()) a_.fcvt(a64::d(s_), a64::s(s_));
-  }
+  a_.dup(b.s4(), s.s(1));
 }
 
 // Loading columns as f32 ------------------------------------------------------------------------
@@ -289,36 +275,6 @@ void A64TableOps::load_group(const a64::Gp& base, int64_t offset, int64_t cols, 
   }
 }
 
-// Quantized accumulate in f64 (Q8; weighted Q4/Q2): acc = f32(f64(s) * f64(q) + f64(f32(acc +
-// b))) in two f64 halves. q (t2) becomes the high half of q, t3 its low half, t4 and acc carry
-// t, then the f64 sums.
-void A64TableOps::step_f64(uint32_t acc_id, uint32_t q_id) {
-  const a64::Vec acc = vq(acc_id), q = vq(q_id), qlo = vq(t_[3]), t = vq(t_[4]), s = vq(s_);
-  a_.fcvtl(qlo.d2(), q.s2());
-  a_.fcvtl2(q.d2(), q.s4());
-  a_.fadd(t.s4(), acc.s4(), vq(b_).s4());
-  a_.fcvtl(acc.d2(), t.s2());
-  a_.fcvtl2(t.d2(), t.s4());
-  a_.fmla(acc.d2(), qlo.d2(), s.d(0));
-  a_.fmla(t.d2(), q.d2(), s.d(0));
-  a_.fcvtn(acc.s2(), acc.d2());  // writes the low half, zeroes the high one
-  a_.fcvtn2(acc.s4(), t.d2());
-}
-
-// Q8 dequantize: f32(f64(scale) * q + f64(bias)). The f64 product of an f32 scale and a code
-// below 256 is exact (at most 32 significant bits), so multiply then add rounds once, as fma.
-void A64TableOps::dequantize_q8(uint32_t dst_id, uint32_t q_id) {
-  const a64::Vec dst = vq(dst_id), q = vq(q_id), lo = vq(t_[3]), s = vq(s_), b = vq(b_);
-  a_.fcvtl(lo.d2(), q.s2());
-  a_.fcvtl2(q.d2(), q.s4());
-  a_.fmul(lo.d2(), lo.d2(), s.d(0));
-  a_.fmul(q.d2(), q.d2(), s.d(0));
-  a_.fadd(lo.d2(), lo.d2(), b.d2());
-  a_.fadd(q.d2(), q.d2(), b.d2());
-  a_.fcvtn(dst.s2(), lo.d2());
-  a_.fcvtn2(dst.s4(), q.d2());
-}
-
 // Weighted float tables: the spec's step is acc + f32(w * x). For f32 tables the engine's rule is
 // one fma; for f16 the product of two halves is always exact in f32 (no overflow, no underflow),
 // so fmla is that step; bf16 products can overflow or underflow f32 (bf16 has f32's exponent
@@ -333,9 +289,7 @@ void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base,
     const size_t first = size_t(c / 4);
     load_group(base, offset + code_bytes(c), n, {}, [&](int64_t k, uint32_t x) {
       const a64::Vec a = vq(acc[first + size_t(k)]);
-      if (f64_step()) {
-        step_f64(acc[first + size_t(k)], x);
-      } else if (quantized()) {  // fmaf(s, q, acc + b): see f64_step
+      if (quantized()) {  // B4: fmaf(s, q, f32(acc + b)), FBGEMM's order, every bit width
         a_.fadd(a.s4(), a.s4(), vq(b_).s4());
         a_.fmla(a.s4(), vq(x).s4(), vq(s_).s(0));
       } else if (key_.weighted && key_.table == DType::kBF16 && !key_.bf16_fbgemm_path()) {  // see above
@@ -360,9 +314,7 @@ void A64TableOps::load_value(std::span<const uint32_t> dst, const a64::Gp& base,
     load_group(base, offset + code_bytes(c), n, quantized() ? std::span<const uint32_t>{} : here,
                [&](int64_t k, uint32_t x) {
                  const a64::Vec d = vq(here[size_t(k)]);
-                 if (key_.table == DType::kQ8) {
-                   dequantize_q8(here[size_t(k)], x);
-                 } else if (quantized()) {  // fmaf(scale, q, +0 + bias)
+                 if (quantized()) {  // fmaf(scale, q, +0 + bias)
                    a_.mov(d.b16(), vq(b_).b16());
                    a_.fmla(d.s4(), vq(x).s4(), vq(s_).s(0));
                  }

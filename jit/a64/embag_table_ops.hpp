@@ -71,11 +71,10 @@ class A64TableOps {
   /// acc[k] (4 f32 lanes each) += the columns at base + offset, per the dtype's step:
   /// f32/f16/bf16 fadd (weighted: fma(w, x, acc) for f32 and f16, acc + f32(w * x) for bf16,
   /// whose products may overflow or underflow); quantized
-  /// acc = f32(f64(s) * q + f64(acc + b)), which is fmla(acc + b, q, s) for unweighted Q4/Q2
-  /// only (weighted Q4/Q2 and Q8 take the f64 path).
+  /// acc = fmaf(s, q, f32(acc + b)) for every bit width (B4): fadd, then fmla.
   void accumulate(std::span<const uint32_t> acc, const asmjit::a64::Gp& base, int64_t offset, int64_t cols);
   /// dst[k] = the columns as f32 values: widened f16/bf16, dequantized codes
-  /// (Q8 f32(f64(scale) * q + f64(bias)), Q4/Q2 fmaf(scale, q, bias)). For max.
+  /// (fmaf(scale, q, 0 + bias)). For max.
   void load_value(std::span<const uint32_t> dst, const asmjit::a64::Gp& base, int64_t offset, int64_t cols);
   /// Mean, before store_output: divisor = (float)max(count, 1) (count: gp, a non-negative
   /// int64); f16/bf16 tables round the sum and the divisor to the table dtype first
@@ -98,7 +97,6 @@ class A64TableOps {
 
  private:
   bool quantized() const;
-  bool f64_step() const;       // the quantized accumulate step needs f64 (see the .cpp)
   int temp_count() const;      // temporaries of this key (see the .cpp's register plan)
   bool half_table() const;     // f16 or bf16 table: mean rounds the sum and the count
   bool bf16_rounding() const;  // bf16 output or bf16 mean: the rounding constants exist
@@ -112,8 +110,6 @@ class A64TableOps {
   void codes_to_f32(uint32_t dst, int64_t k);  // vector k of the widened codes as f32
   void unpack_nibbles();
   void unpack_crumbs();
-  void step_f64(uint32_t acc, uint32_t q);
-  void dequantize_q8(uint32_t dst, uint32_t q);
   void round_in_place(uint32_t v, bool half_up = false);  // rnd16 / rndbf (half_up: H6's) as f32 -> f32
   void narrow_bf16(uint32_t out, uint32_t src, bool upper, bool half_up);  // 4 lanes -> 4 bf16 (shrn / shrn2)
 
@@ -121,7 +117,7 @@ class A64TableOps {
   asmjit::a64::Assembler& a_;
   // Temporaries (t_[0..]), per-row values, constants; see needs() for which exist per dtype.
   std::vector<uint32_t> t_;
-  uint32_t w_ = 0, s_ = 0, b_ = 0;          // weight lane 0; scale lane 0 (f32 or f64); bias broadcast
+  uint32_t w_ = 0, s_ = 0, b_ = 0;          // weight lane 0; scale lane 0; bias broadcast
   uint32_t mask_ = 0, mask2_ = 0;           // nibble mask 0x0F (Q4, Q2), crumb mask 0x03 (Q2)
   uint32_t one_ = 0, half_ = 0;             // bf16 rounding: 1 and 0x7FFF per lane
   asmjit::a64::Gp g_;                       // address scratch

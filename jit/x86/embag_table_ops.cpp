@@ -6,9 +6,8 @@
 //   f32 1 (add/fma with a memory operand), f16 2 (vcvtph2ps), bf16 3 (zero-extend, shift; 4
 //   weighted: multiply, then add),
 //   Q4 6 (AVX2: broadcast, shift the nibble to the top and back, convert; AVX-512: gather the
-//   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), each + add + fma,
-//   Q8 13 (the f64 step: two halves of converts and a double fma, rounded to f32 once); weighted
-//   Q4/Q2 take the f64 step too (Q4 16, Q2 15).
+//   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), Q8 4 (zero-extend,
+//   convert), each + add + fma (B4 is one f32 add and one f32 fma, weighted or not).
 // AVX2 unweighted Q4/Q2 read whole groups of vectors per load instead (column groups,
 // embag_table_ops_groups.cpp: Q4 4.5, Q2 4 per vector); vectors outside a group take the counts
 // above, or without the shift vector (single_shift()) Q4 8 and Q2 10.
@@ -52,10 +51,10 @@ int64_t X86TableOps::temps_needed() const {
     case DType::kF32:  // AVX2 tails: the loaded columns (accumulate) and the upper part
       n = avx512_ || tail_ == 0 ? 0 : (key_.mode == Mode::kMax ? 0 : 1) + (tail_ > 4 ? 1 : 0);
       break;
-    case DType::kQ8: n = key_.mode == Mode::kMax ? 2 : 3; break;
+    case DType::kQ8: n = 1; break;  // the codes (max: the zero of 0 + bias)
     case DType::kQ4:
-    case DType::kQ2:  // weighted: the f64 step; column groups: the codes and one plane
-      n = key_.weighted && key_.mode == Mode::kSum ? 3 : group_vecs() > 1 && key_.mode != Mode::kMax ? 2 : 1;
+    case DType::kQ2:  // column groups: the codes and one plane
+      n = group_vecs() > 1 && key_.mode != Mode::kMax ? 2 : 1;
       break;
     default: n = 1;
   }
@@ -213,8 +212,8 @@ void X86TableOps::broadcast_weight(const x86::Vec& dst, const x86::Mem& m) {
   }
 }
 
-// Quantized rows: s = f32(w * scale) and b = f32(w * bias) (B4). Q8 keeps s as an f64 broadcast
-// for the double step; max keeps scale and 0 + bias (as f64 for Q8), the dequantization's terms.
+// Quantized rows: s = f32(w * scale) and b = f32(w * bias) (B4); max keeps scale and 0 + bias,
+// the dequantization's terms.
 void X86TableOps::row_setup(const x86::Mem& trailer, const x86::Mem* weight) {
   const bool weighted = key_.weighted && key_.mode == Mode::kSum;
   if (weighted && weight == nullptr) internal("row_setup: weighted key without a weight");
@@ -229,16 +228,14 @@ void X86TableOps::row_setup(const x86::Mem& trailer, const x86::Mem* weight) {
     const x86::Xmm w = temp(0).xmm();
     if (weighted) {
       a_.vmulss(s.xmm(), w, at(trailer, 0, 4));
-      a_.vcvtss2sd(s.xmm(), s.xmm(), s.xmm());
+      a_.vbroadcastss(s, s.xmm());
     } else {
-      a_.vcvtss2sd(s.xmm(), s.xmm(), at(trailer, 0, 4));
+      a_.vbroadcastss(s, at(trailer, 0, 4));
     }
-    a_.vbroadcastsd(s, s.xmm());
     if (max) {
       a_.vxorps(w, w, w);
       a_.vaddss(b.xmm(), w, at(trailer, 4, 4));  // 0 + bias: -0.0 becomes +0.0
-      a_.vcvtss2sd(b.xmm(), b.xmm(), b.xmm());
-      a_.vbroadcastsd(b, b.xmm());
+      a_.vbroadcastss(b, b.xmm());
     } else if (weighted) {
       a_.vmulss(b.xmm(), w, at(trailer, 4, 4));
       a_.vbroadcastss(b, b.xmm());
@@ -252,10 +249,9 @@ void X86TableOps::row_setup(const x86::Mem& trailer, const x86::Mem* weight) {
   a_.vcvtph2ps(s, s.half());
   a_.vpbroadcastw(b.half(), at(trailer, 2, 2));
   a_.vcvtph2ps(b, b.half());
-  if (weighted) {  // s = f32(w * scale) has up to 24 bits: the step needs f64 (see q_step)
+  if (weighted) {
     a_.vmulps(s, s, temp(0));
     a_.vmulps(b, b, temp(0));
-    a_.vcvtps2pd(s, s.half());
   }
   if (max) {
     a_.vxorps(temp(0), temp(0), temp(0));
@@ -298,8 +294,7 @@ void X86TableOps::load_float_cols(const x86::Vec& dst, const x86::Mem& m, int64_
   }
 }
 
-// dst = the codes of `cols` columns: f32 lanes for Q4/Q2, uint32 lanes for Q8 (whose f64 step
-// converts each half itself).
+// dst = the codes of `cols` columns as f32 lanes.
 void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t cols) {
   const bool whole = full(cols);
   const int64_t bytes = col_bytes(key_.table, cols);
@@ -310,6 +305,7 @@ void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t col
         masked_load(dst.xmm(), m, 1, bytes);
         a_.vpmovzxbd(dst, dst.xmm());
       }
+      a_.vcvtdq2ps(dst, dst);  // codes 0..255: exact
       return;
     case DType::kQ4:
       if (group_vecs() > 1 && !single_shift()) return load_q4_single(dst, m, cols);
@@ -353,60 +349,6 @@ void X86TableOps::load_codes(const x86::Vec& dst, const x86::Mem& m, int64_t col
   }
 }
 
-// The f64 accumulate step on the codes in temp(0) (uint32 lanes, or f32 lanes when
-// `float_codes`): acc = f32(f64(s) * q + f64(f32(acc + b))), one half of the lanes at a time in
-// f64. B4: fmaf differs in rare cases for Q8, and for weighted Q4/Q2 (s = f32(w * scale) has up
-// to 24 bits, so s * q can be an f32 midpoint, e.g. s = 0x1.2309acp+19, q = 14, t = 0x1.d032p-68).
-void X86TableOps::q_step(const x86::Vec& acc, int64_t cols, bool float_codes) {
-  const x86::Vec q = temp(0), t1 = temp(1), t2 = temp(2), s = vec(scale_);
-  auto widen_codes = [&](const x86::Vec& dst, const x86::Vec& src_half) {
-    if (float_codes) a_.vcvtps2pd(dst, src_half);
-    else a_.vcvtdq2pd(dst, src_half);
-  };
-  a_.vaddps(acc, acc, vec(bias_));     // t = f32(acc + b)
-  widen_codes(t1, q.half());           // codes, low half
-  a_.vcvtps2pd(t2, acc.half());        // t, low half
-  a_.vfmadd231pd(t2, t1, s);           // s * q + t, rounded once in f64
-  if (cols <= lanes_ / 2) {
-    a_.vcvtpd2ps(acc.half(), t2);
-    return;
-  }
-  if (avx512_) {
-    a_.vextracti64x4(q.half(), q, 1);
-    widen_codes(t1, q.half());
-    a_.vextractf64x4(q.half(), acc, 1);
-  } else {
-    a_.vextracti128(q.half(), q, 1);
-    widen_codes(t1, q.half());
-    a_.vextractf128(q.half(), acc, 1);
-  }
-  a_.vcvtps2pd(q, q.half());
-  a_.vfmadd231pd(q, t1, s);
-  a_.vcvtpd2ps(t2.half(), t2);
-  a_.vcvtpd2ps(q.half(), q);
-  if (avx512_) a_.vinsertf64x4(acc, t2, q.half(), 1);
-  else a_.vinsertf128(acc, t2, q.half(), 1);
-}
-
-// The Q8 dequantized value of uint32 codes in temp(0): dst = f32(f64(scale) * q + f64(0 + bias)).
-void X86TableOps::q8_dequantize(const x86::Vec& dst, int64_t cols) {
-  const x86::Vec q = temp(0), t1 = temp(1), s = vec(scale_), b = vec(bias_);
-  a_.vcvtdq2pd(t1, q.half());
-  a_.vfmadd213pd(t1, s, b);
-  if (cols <= lanes_ / 2) {
-    a_.vcvtpd2ps(dst.half(), t1);
-    return;
-  }
-  if (avx512_) a_.vextracti64x4(q.half(), q, 1);
-  else a_.vextracti128(q.half(), q, 1);
-  a_.vcvtdq2pd(q, q.half());
-  a_.vfmadd213pd(q, s, b);
-  a_.vcvtpd2ps(dst.half(), t1);
-  a_.vcvtpd2ps(q.half(), q);
-  if (avx512_) a_.vinsertf64x4(dst, dst, q.half(), 1);
-  else a_.vinsertf128(dst, dst, q.half(), 1);
-}
-
 // Accumulate and load_value ---------------------------------------------------------------------
 
 void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
@@ -439,20 +381,11 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
       }
       return;
     case DType::kQ8:
-      load_codes(temp(0), m, cols);
-      q_step(acc, cols, false);
-      return;
     case DType::kQ4:
     case DType::kQ2:
       load_codes(temp(0), m, cols);
-      if (weighted) {
-        q_step(acc, cols, true);
-        return;
-      }
-      // Unweighted, s is the f16 scale (11 bits) and s * q has at most 15 bits: never an f32
-      // midpoint, so fmaf(s, q, t) equals the f64 step.
-      a_.vaddps(acc, acc, vec(bias_));              // t = f32(acc + b)
-      a_.vfmadd231ps(acc, temp(0), vec(scale_));
+      a_.vaddps(acc, acc, vec(bias_));            // t = f32(acc + b)
+      a_.vfmadd231ps(acc, temp(0), vec(scale_));  // fmaf(s, q, t): B4, FBGEMM's order
       return;
     default: internal("unknown table dtype");
   }
@@ -465,9 +398,6 @@ void X86TableOps::load_value(uint32_t dst_id, const x86::Mem& m, int64_t cols) {
     case DType::kF16:
     case DType::kBF16: load_float_cols(dst, m, cols); return;
     case DType::kQ8:
-      load_codes(temp(0), m, cols);
-      q8_dequantize(dst, cols);
-      return;
     case DType::kQ4:
     case DType::kQ2:
       load_codes(dst, m, cols);

@@ -60,8 +60,7 @@ class X86TableOps {
   /// read the weight at `*weight` (weight_mem). Float tables without weights emit nothing.
   void row_setup(const asmjit::x86::Mem& trailer, const asmjit::x86::Mem* weight);
   /// acc (f32 lanes, register id) += the row's `cols` columns at `cols_mem`, by the table's
-  /// rule: f32(acc + x), fma(w, x, acc), or the quantized step acc = f64(s*q + f32(acc + b))
-  /// (unweighted Q4/Q2 by fmaf, which equals it there).
+  /// rule: f32(acc + x), fma(w, x, acc), or the quantized step acc = fmaf(s, q, f32(acc + b)).
   /// Lanes >= cols of acc get unspecified finite-or-not values (never stored).
   void accumulate(uint32_t acc, const asmjit::x86::Mem& cols_mem, int64_t cols);
   /// dst = the row's `cols` columns as f32 (quantized: the dequantized value of beyond-ATen 3).
@@ -111,8 +110,6 @@ class X86TableOps {
   void broadcast_weight(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m);
   void load_float_cols(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
   void load_codes(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
-  void q_step(const asmjit::x86::Vec& acc, int64_t cols, bool float_codes);
-  void q8_dequantize(const asmjit::x86::Vec& dst, int64_t cols);
 
   // Stores, rounding, exact-width moves (embag_table_ops_store.cpp).
   void load_exact(const asmjit::x86::Xmm& dst, const asmjit::x86::Mem& m, int64_t bytes);

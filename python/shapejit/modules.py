@@ -220,7 +220,7 @@ class EmbeddingBagGroup(torch.nn.Module):
         if len(inputs) != n:
             raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} inputs".format(n, len(inputs)))
         offs = _no_tensors(n) if offsets is None else offsets
-        psw = _no_tensors(n) if per_sample_weights is None else per_sample_weights
+        psw = _no_tensors(n) if per_sample_weights is None else list(per_sample_weights)  # entries replaced below
         maps = _no_tensors(n) if compressed_indices_mappings is None else compressed_indices_mappings
         if len(offs) != n or len(psw) != n or len(maps) != n:
             raise ValueError("shapejit.EmbeddingBagGroup: {} bags but {} offsets, {} per_sample_weights and {} "
@@ -262,10 +262,12 @@ class EmbeddingBagGroup(torch.nn.Module):
         j = 0
         for bag in self.quantized_bags:
             k = self._quantized_at[j]
-            flat, lengths, mapping = quantized.rowwise_arguments(self._names[k], inputs[k], offs[k],
-                                                                 bag.pruned_weights, maps[k])
+            flat, lengths, weights_k, mapping = quantized.rowwise_arguments(
+                self._names[k], bag.bits, inputs[k], offs[k], psw[k], bag.include_last_offset, bag.pruned_weights,
+                maps[k])
             indices[k] = flat
             offs[k] = lengths
+            psw[k] = weights_k
             maps[k] = mapping
             weights[k] = bag.packed_weight
             bits[k] = bag.bits

@@ -8,9 +8,9 @@ return (docs/quantized-tables-semantics.md), so tables prepacked by torch are us
     out, offset2bag, bag_size, max_indices = shapejit.quantized.embedding_bag(
         packed, 4, indices, offsets, mode="max")
 
-The ``*_rowwise_offsets`` functions take torch 1.13's arguments and in mode 0 return torch's
-tensor bit for bit, torch's offsets rules included (offsets are read as bag lengths); where torch
-ignores ``mode`` (always summing), mode 1 and 2 here give the mean and the max. ``embedding_bag``
+The ``*_rowwise_offsets`` functions take torch's arguments and in mode 0 return torch 2.13's
+(FBGEMM's) tensor bit for bit, torch 2.13's offsets rules included; where torch ignores ``mode``
+(always summing), mode 1 and 2 here give the mean and the max. ``embedding_bag``
 returns all four results of torch.embedding_bag, with offsets as bag starts (validated like f32).
 """
 from typing import Optional, Tuple, Union
@@ -60,10 +60,17 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
                      pruned_weights: bool, per_sample_weights: Optional[Tensor],
                      compressed_indices_mapping: Optional[Tensor], include_last_offset: bool,
                      padding_idx: Optional[int]) -> Tensor:
-    """torch's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
+    """torch 2.13's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
     three public functions and shapejit.QuantizedEmbeddingBag call this)."""
     op = "shapejit.quantized." + _rowwise_op_name(bits)
-    indices, lengths, mapping = rowwise_arguments(op, indices, offsets, pruned_weights, compressed_indices_mapping)
+    if offsets is not None and indices.dim() == 1 and offsets.numel() == 0 and not include_last_offset:
+        # torch returns no bags (and reads no index); the engine needs at least one offset.
+        width = weight.size(-1) if weight.dim() == 2 else 0
+        dim = (width - 8) if bits == 8 else (width - 4) * (8 // bits)
+        return torch.empty(0, max(dim, 0), dtype=torch.float32)
+    indices, lengths, per_sample_weights, mapping = rowwise_arguments(
+        op, bits, indices, offsets, per_sample_weights, include_last_offset, pruned_weights,
+        compressed_indices_mapping)
     # TorchScript sees `mode` as the int it is annotated; eager callers may also pass a name.
     mode_number = mode if torch.jit.is_scripting() else _mode_number(mode)
     # The output alone: the engine skips offset2bag, bag_size and max_indices (and max's ids).
@@ -72,21 +79,34 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
         mapping, True, torch.float32, None)
 
 
-def rowwise_arguments(op: str, indices: Tensor, offsets: Optional[Tensor], pruned_weights: bool,
-                      compressed_indices_mapping: Optional[Tensor]) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-    """torch's quantized rowwise ops' rules for indices, offsets and the mapping, `op` naming the
-    caller: (1-D indices, offsets read as lengths, the mapping of a pruned table or None)."""
+def rowwise_arguments(op: str, bits: int, indices: Tensor, offsets: Optional[Tensor],
+                      per_sample_weights: Optional[Tensor], include_last_offset: bool, pruned_weights: bool,
+                      compressed_indices_mapping: Optional[Tensor]
+                      ) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
+    """torch 2.13's (FBGEMM's) rules for indices, offsets and the mapping of the quantized rowwise
+    ops, `op` naming the caller (docs/quantized-tables-semantics.md, section 3): returns the 1-D
+    indices and per-sample weights of the positions the bags cover, offsets rebased to start at 0
+    (which the engine's lengths reading then takes as the same bags), and the mapping of a pruned
+    table or None.
+
+    Offsets are bag starts: non-decreasing, offsets[0] >= 0 and the last offset <= N. Unpruned
+    8-bit tables take offsets[0] > 0 (positions before it are not read) and, with
+    include_last_offset, a last offset below N (positions after it are not read); 4/2-bit and
+    pruned 8-bit tables need offsets[0] == 0 and, with include_last_offset, a last offset of
+    exactly N (torch 2.13 raises for a short one, and for offsets[0] > 0 its kernel reports a
+    failure that torch lets pass). Decreasing offsets
+    or offsets outside [0, N] make torch 2.13 return unwritten memory: shapejit rejects them."""
     if indices.dim() == 2:
         # Fixed-length bags, offsets 0, L, 2L, ... of the indices' dtype; torch applies
         # include_last_offset to these too (the last row then only closes the bag before it).
         if offsets is not None:
             raise RuntimeError(op + ": offsets must be None when indices is 2-D")
-        lengths = torch.arange(0, indices.numel(), indices.size(1), dtype=indices.dtype)
+        offsets = torch.arange(0, indices.numel(), indices.size(1), dtype=indices.dtype)
         indices = indices.reshape(-1)
-    else:
-        if offsets is None:
-            raise RuntimeError(op + ": offsets are required with 1-D indices")
-        lengths = offsets
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    elif offsets is None:
+        raise RuntimeError(op + ": offsets are required with 1-D indices")
     mapping: Optional[Tensor] = None
     if pruned_weights:
         if compressed_indices_mapping is None:
@@ -97,7 +117,44 @@ def rowwise_arguments(op: str, indices: Tensor, offsets: Optional[Tensor], prune
         # torch's convention: a mapping of exactly one 0 means the table is not pruned.
         not_pruned = compressed_indices_mapping.numel() == 1 and int(compressed_indices_mapping.reshape(-1)[0]) == 0
         mapping = None if not_pruned else compressed_indices_mapping
-    return indices, lengths, mapping
+    # One kernel call over all bags (4/2-bit, and 8-bit pruned tables) reads the bags from
+    # position 0 and must end at N; 8-bit unpruned tables run bag ranges from offsets[b].
+    whole_call = bits != 8 or mapping is not None
+    n = indices.numel()
+    m = offsets.numel()
+    if offsets.dim() == 1 and offsets.dtype in (torch.int32, torch.int64) and m > 0:
+        first = int(offsets[0])
+        last = int(offsets[m - 1])
+        if first < 0 or first > n:
+            raise RuntimeError("{}: offsets[0] must lie in [0, {}] (the number of indices), but got {}".format(
+                op, n, first))
+        if whole_call and first != 0:
+            raise RuntimeError("{}: offsets[0] must be 0 for a {}-bit{} table (torch 2.13's kernel fails on "
+                               "other values), but got {}".format(op, bits, "" if bits != 8 else " pruned", first))
+        if m > 1:
+            down = (offsets[1:] < offsets[:-1]).nonzero()
+            if down.numel() > 0:
+                k = int(down[0, 0]) + 1
+                raise RuntimeError("{}: offsets must be non-decreasing, but offsets[{}] = {} < offsets[{}] = {}".format(
+                    op, k, int(offsets[k]), k - 1, int(offsets[k - 1])))
+        if last > n:
+            raise RuntimeError("{}: offsets must not exceed the number of indices {}, but offsets[{}] = {}".format(
+                op, n, m - 1, last))
+        if include_last_offset and whole_call and last != n:
+            raise RuntimeError("{}: with include_last_offset the last offset of a {}-bit{} table must be the "
+                               "number of indices {}, but offsets[{}] = {}".format(
+                                   op, bits, "" if bits != 8 else " pruned", n, m - 1, last))
+        end = last if include_last_offset else n
+        if first > 0 or end < n:
+            # The positions no bag covers are never read (nor their weights): leave them out.
+            indices = indices[first:end]
+            if per_sample_weights is not None:
+                if per_sample_weights.numel() != n:
+                    raise RuntimeError("{}: per_sample_weights must hold one weight per index ({}), but holds {}".format(
+                        op, n, per_sample_weights.numel()))
+                per_sample_weights = per_sample_weights.reshape(-1)[first:end]
+            offsets = offsets - first
+    return indices, offsets, per_sample_weights, mapping
 
 
 def embedding_bag_byte_rowwise_offsets(weight: Tensor, indices: Tensor, offsets: Optional[Tensor] = None,

@@ -1,7 +1,8 @@
 """Random rowwise-quantized tables and bag calls for the oracle tests (packed rows as torch lays
-them out: docs/quantized-tables-semantics.md, B1), kept inside torch's 'Do not send' list:
-offsets never empty, psw never shorter than N, mapping values in [-1, n), byte prepack only of
-f32 rows with D > 0, nbit prepack only of 2-D input."""
+them out: docs/quantized-tables-semantics.md, section 2), kept inside torch's 'Do not send'
+list: offsets never empty, psw never shorter than N, mapping values in [-1, n), byte prepack
+only of f32 rows with D > 0, nbit prepack only of 2-D input. Offsets on which torch 2.13 returns
+unwritten memory (offsets_kind) are not sent to torch: shapejit must reject them."""
 import torch
 
 PREPACK = {8: torch.ops.quantized.embedding_bag_byte_prepack, 4: torch.ops.quantized.embedding_bag_4bit_prepack,
@@ -62,17 +63,33 @@ def random_mapping(g, gen, rows):
     return mapping
 
 
-def positions_read(offsets, n, include_last_offset):
-    """How many leading positions torch's quantized ops read with these offsets (B3: bag b takes
-    the next offsets[b+1] - offsets[b] positions, the last bag without include_last_offset
-    N - offsets[B-1], a negative length none), or None where torch raises."""
-    read = 0
-    for b in range(len(offsets) - include_last_offset):
-        length = (offsets[b + 1] if b + 1 < len(offsets) else n) - offsets[b]
-        if read + length > n:
-            return None
-        read += max(length, 0)
-    return read
+def offsets_kind(bits, offsets, n, include_last_offset, dim, mapping=None, pruned=False):
+    """What torch 2.13 (FBGEMM) makes of these offsets (docs/quantized-tables-semantics.md, 3):
+    'defined' where its result or its error is the rule to match; 'reject' where its kernel fails
+    and torch lets it pass, leaving unwritten output memory or a reading of offsets as lengths
+    (decreasing offsets, offsets outside [0, N], offsets[0] > 0 for a 4/2-bit or pruned 8-bit
+    table, whose one kernel call reads bags from position 0): shapejit must raise
+    and torch is not asked; 'differs' for the one documented difference (8-bit, D = 0,
+    offsets[0] > 0, some position covered: torch's error check misreads the offsets and raises)."""
+    if not offsets:
+        return "defined"
+    first, last = offsets[0], offsets[-1]
+    if first < 0 or last > n or any(b < a for a, b in zip(offsets, offsets[1:])):
+        return "reject"
+    really_pruned = pruned and not (mapping.numel() == 1 and int(mapping[0]) == 0)
+    if (bits != 8 or really_pruned) and first != 0:
+        return "reject"
+    end = last if include_last_offset else n
+    if bits == 8 and dim == 0 and first > 0 and end > first:
+        return "differs"
+    return "defined"
+
+
+def covered(offsets, n, include_last_offset):
+    """The positions [start, end) the bags of defined offsets cover (torch reads no other)."""
+    if not offsets:
+        return 0, 0
+    return offsets[0], offsets[-1] if include_last_offset else n
 
 
 def psw_values(gen, n, dtype, specials):
@@ -127,9 +144,10 @@ class Call:
         else:
             offset_list = self.offset_values(g)
             offsets = torch.tensor(offset_list, dtype=self.offset_dtype)
-        read = positions_read(offset_list, n, self.include_last_offset)
-        if self.bad_index and read:  # where torch looks (it never checks the positions it skips)
-            indices.view(-1)[g.randrange(read)] = g.choice([-1, index_range])
+        self.offset_list = offset_list
+        start, end = covered(offset_list, n, self.include_last_offset)
+        if self.bad_index and 0 <= start < end <= n:  # where torch looks (not the positions it skips)
+            indices.view(-1)[g.randrange(start, end)] = g.choice([-1, index_range])
         psw = None
         if self.psw is not None:
             psw = psw_values(gen, n, self.psw, self.specials)

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.ao.nn.quantized as nnq
 
-from oracle import Outcome, compare, describe, run_family, single_threaded_torch
-from rowwise_cases import Call
+from oracle import Outcome, compare, describe, replay_hint, run_family, single_threaded_torch
+from rowwise_cases import Call, offsets_kind
 
 CALLS_PER_MODULE = 8
 QCONFIG = {8: torch.ao.quantization.float_qparams_weight_only_qconfig,
@@ -89,16 +89,26 @@ def check_family(sj, bits):
         pruning = ("one_zero", "pruned") if spec.pruned_weights else ("none", "ignored_mapping")
         call = Call(g, table, pruning)
         call.include_last_offset = spec.include_last_offset
-        indices, offsets, psw, mapping, _ = call.tensors(g, table)
-        with torch.no_grad():
-            expected = Outcome(lambda: theirs(indices, offsets, psw, mapping))
-            actual = Outcome(lambda: ours(indices, offsets, psw, mapping))
+        indices, offsets, psw, mapping, pruned = call.tensors(g, table)
         text = "{}; {}\n  indices={}\n  offsets={}\n  psw={}\n  mapping={}".format(
             spec, call, describe(indices), describe(offsets), describe(psw), describe(mapping))
+        kind = offsets_kind(bits, call.offset_list, call.num_indices, call.include_last_offset, spec.dim, mapping,
+                            pruned)
+        with torch.no_grad():
+            actual = Outcome(lambda: ours(indices, offsets, psw, mapping))
+            if kind == "reject":  # torch 2.13 leaves output unwritten: not asked
+                assert actual.error is not None, "{}\n  case: {}\n  shapejit must raise, but returned a result".format(
+                    replay_hint(family, case_seed), text)
+                return False
+            bags = len(call.offset_list) - call.include_last_offset
+            if kind == "differs" or (bits == 8 and psw is not None and psw.dtype != torch.float32 and bags <= 0):
+                return False  # documented differences: torch reads the weights' type only inside a bag
+            expected = Outcome(lambda: theirs(indices, offsets, psw, mapping))
         compare(family, case_seed, text, actual, expected, ("output",))
         return expected.error is None
 
-    run_family(family, make_case, count=2400, min_accepted=0.84)
+    # About a third of the cases check rejections: 3,200 cases keep >= 2,000 that torch accepts.
+    run_family(family, make_case, count=3200, min_accepted=0.625)
 
 
 @pytest.mark.parametrize("bits", [8, 4])

@@ -78,8 +78,8 @@ uint16_t half_of(DType t, float v) { return t == DType::kF16 ? ref::f32_to_f16(v
 
 void put(std::byte* p, const void* v, size_t n) { std::memcpy(p, v, n); }
 
-// Row r of `table` at p: elements, or codes + scale + bias (Q8 sometimes the spec's scale where
-// fmaf and the f64 step differ, with bias 1.0).
+// Row r of `table` at p: elements, or codes + scale + bias (Q8 sometimes the scale where B4's
+// fmaf and torch 1.13's f64 step differ, with bias 1.0).
 void fill_row(std::byte* p, DType table, int64_t dim, Rng& rng) {
   if (table == DType::kF32) {
     for (int64_t j = 0; j < dim; ++j) {
