@@ -145,7 +145,7 @@ FAMILIES = [("byte", Q8, False), ("4bit", Q4, False), ("2bit", Q2, False), ("4bi
 def test_prepack_matches_torch(lib, seed, family, qtype, optimized):
     rng = np.random.default_rng(seed)
     kinds = ["normal", "ties", "constant", "special", "huge", "tiny", "bits"]
-    compared = rejected = 0
+    compared = rejected = nan_rows_skipped = 0
     for case in range(CASES):
         table = random_table(rng, qtype, allow_f16=True, kinds=kinds)
         pad = int(rng.choice([0, 0, 3]))
@@ -158,13 +158,20 @@ def test_prepack_matches_torch(lib, seed, family, qtype, optimized):
             continue
         assert status == 0, replay("{}: status {} ({})".format(where, status, got))
         expected = torch_prepack(qtype, table, optimized, nbins, ratio)
+        if qtype == Q8 or optimized:
+            # Known differences from torch 2.13 (docs/quantized-tables-semantics.md section 10): FBGEMM's
+            # codes of 8-bit rows holding a NaN, and the NaN scale's sign the optimized search stores.
+            # Those rows are left out of the comparison and counted; every other row must match.
+            nan_rows = np.isnan(table.astype(np.float32)).any(axis=1)
+            nan_rows_skipped += int(nan_rows.sum())
+            got, expected = got[~nan_rows], expected[~nan_rows]
         at = first_byte_difference(got, expected)
         assert at is None, replay("{}: prepacked bytes differ first at (row, byte) {}: got {}, expected {}\n"
                                   "got row {}\nexpected row {}".format(where, at, got[at], expected[at],
                                                                        got[at[0]].tolist(), expected[at[0]].tolist()))
         compared += 1
-    print("rowwise prepack {}: {} cases equal to torch byte for byte, {} rejected as non-terminating, seed {}".format(
-        family, compared, rejected, seed))
+    print("rowwise prepack {}: {} cases equal to torch byte for byte, {} rejected as non-terminating, {} rows "
+          "holding NaN not compared, seed {}".format(family, compared, rejected, nan_rows_skipped, seed))
     assert compared >= CASES * 0.95
 
 
