@@ -280,6 +280,20 @@ class LinearGroupHolder : public torch::CustomClassHolder {
             {settings_.layouts, settings_.activations}};
   }
 
+  // The group as torch.compile and torch.export see it (torch._library.register_fake_class
+  // rebuilds a Python stand-in from these pairs, python/shapejit/fake.py): the source tensors
+  // and the per-part settings, which fix every output's shape.
+  std::tuple<std::tuple<std::string, std::vector<at::Tensor>>, std::tuple<std::string, c10::optional<at::Tensor>>,
+             std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<std::string>>,
+             std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<double>>,
+             std::tuple<std::string, std::vector<std::string>>>
+  flatten() const {
+    std::shared_ptr<const Packed> p = current();
+    return {{"weights", p->source_weights()}, {"bias", p->source_bias()},   {"rows", settings_.rows},
+            {"layouts", settings_.layouts},   {"heads", settings_.heads},   {"scales", settings_.scales},
+            {"activations", settings_.activations}};
+  }
+
   static c10::intrusive_ptr<LinearGroupHolder> from_state(State s) {
     auto& [tensors, numbers, names] = s;
     TORCH_CHECK(std::get<0>(tensors) == 1, "shapejit.LinearGroup: cannot load a pickled group of format ",
@@ -323,11 +337,18 @@ void register_linear_group(torch::Library& m) {
       .def("run", &LinearGroupHolder::run)
       .def("run_current", &LinearGroupHolder::run_current)
       .def("packed_from", &LinearGroupHolder::packed_from)
+      .def("__obj_flatten__", &LinearGroupHolder::flatten)
       .def_pickle([](const c10::intrusive_ptr<LinearGroupHolder>& self) { return self->state(); },
                   [](State s) { return LinearGroupHolder::from_state(std::move(s)); });
-  m.def("linear_group_run", linear_group_run);
+  // Schemas with a CPU kernel (not catch-all kernels, which torch treats as
+  // CompositeImplicitAutograd): fake kernels and autograd are registered in Python
+  // (python/shapejit/fake.py, autograd.py).
+  m.def("linear_group_run(__torch__.torch.classes.shapejit.LinearGroup group, Tensor[] inputs) -> Tensor[]");
+  m.impl("linear_group_run", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(linear_group_run)));
   // The group packed from `weights` and `bias` (repacked when they changed) run on `inputs`.
-  m.def("linear_group_run_current", linear_group_run_current);
+  m.def("linear_group_run_current(__torch__.torch.classes.shapejit.LinearGroup group, Tensor[] weights, "
+        "Tensor? bias, Tensor[] inputs) -> Tensor[]");
+  m.impl("linear_group_run_current", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(linear_group_run_current)));
 }
 
 }  // namespace shapejit::torch_ext

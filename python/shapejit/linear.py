@@ -52,7 +52,9 @@ class InProjection:
         if unbatched:
             batch_dim = 0 if self.batch_first else 1
             query, key, value = (t.unsqueeze(batch_dim) for t in (query, key, value))
-        q, k, v = self.group.run([query, key, value])
+        # The op, not the method: it traces under torch.compile / torch.export and passes the
+        # inputs' gradient (the weights were copied: they get none).
+        q, k, v = torch.ops.shapejit.linear_group_run(self.group, [query, key, value])
         if unbatched:
             q, k, v = q.squeeze(0), k.squeeze(0), v.squeeze(0)
         return q, k, v
