@@ -281,16 +281,28 @@ class LinearGroupHolder : public torch::CustomClassHolder {
   }
 
   // The group as torch.compile and torch.export see it (torch._library.register_fake_class
-  // rebuilds a Python stand-in from these pairs, python/shapejit/fake.py): the source tensors
-  // and the per-part settings, which fix every output's shape.
-  std::tuple<std::tuple<std::string, std::vector<at::Tensor>>, std::tuple<std::string, c10::optional<at::Tensor>>,
+  // rebuilds a Python stand-in from these pairs, python/shapejit/fake.py): the per-part settings
+  // and the packed weights' shapes ([rows, cols] of each), which fix every output's shape. No
+  // tensors: a traced graph must not read the pack's copies (callers pass the weights to
+  // linear_group_run_current), and tensors here would alias the caller's.
+  std::tuple<std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<int64_t>>,
              std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<std::string>>,
              std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<double>>,
              std::tuple<std::string, std::vector<std::string>>>
   flatten() const {
     std::shared_ptr<const Packed> p = current();
-    return {{"weights", p->source_weights()}, {"bias", p->source_bias()},   {"rows", settings_.rows},
-            {"layouts", settings_.layouts},   {"heads", settings_.heads},   {"scales", settings_.scales},
+    std::vector<int64_t> shapes;
+    for (const at::Tensor& w : p->source_weights()) {
+      shapes.push_back(w.size(0));
+      shapes.push_back(w.size(1));
+    }
+    const c10::optional<at::Tensor> bias = p->source_bias();
+    return {{"weight_shapes", shapes},
+            {"bias_size", {bias.has_value() ? bias->size(0) : -1}},
+            {"rows", settings_.rows},
+            {"layouts", settings_.layouts},
+            {"heads", settings_.heads},
+            {"scales", settings_.scales},
             {"activations", settings_.activations}};
   }
 

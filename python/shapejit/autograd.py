@@ -348,6 +348,9 @@ torch.library.register_autograd("shapejit::linear_group_run_current", _linear_ru
 def _linear_run_setup(ctx, inputs, output):
     group, xs = inputs
     ctx.settings = linear_group_settings(group)
+    # The real group's source weights (its pickled state: format, weights, bias); a traced one
+    # has none to give.
+    ctx.source_weights = list(group.__getstate__()[0][1]) if isinstance(group, torch.ScriptObject) else None
     ctx.counts = (0, len(xs), False)
     ctx.same_as_previous = [p > 0 and xs[p] is xs[p - 1] for p in range(len(xs))]
     ctx.save_for_backward(*xs)
@@ -355,11 +358,68 @@ def _linear_run_setup(ctx, inputs, output):
 
 def _linear_run_backward(ctx, grads):
     _, _, xs = _unsaved(ctx)
-    settings = ctx.settings
-    # The group's own (packed, detached) weights: the inputs' gradient only.
-    _, _, gx = _linear_backward(settings, settings.weights, settings.bias, xs, list(grads), False, False,
+    if ctx.source_weights is None:
+        raise RuntimeError("shapejit.linear_group_run: under torch.compile / torch.export the group's packed weights "
+                           "are opaque, so its inputs get no gradient; call linear_group_run_current(group, "
+                           "weights, bias, inputs) with the weights instead")
+    # The tensors the group was packed from (detached): the inputs' gradient only.
+    _, _, gx = _linear_backward(ctx.settings, ctx.source_weights, None, xs, list(grads), False, False,
                                 ctx.needs_input_grad[1])
     return None, gx
 
 
 torch.library.register_autograd("shapejit::linear_group_run", _linear_run_backward, setup_context=_linear_run_setup)
+
+
+# Under torch.compile and torch.export the group is a FakeScriptObject, and an op taking one is
+# dispatched in Python (torch._ops.TorchBindOpOverload), which skips the C++ autograd kernel that
+# register_autograd installed. The same gradient as a Python Autograd kernel for that path.
+
+def _python_autograd_kernel(op, setup, backward):
+    """An Autograd py_impl of linear_group_run_current(group, weights, bias, inputs) (with_weights)
+    or linear_group_run(group, inputs): the op's lists flattened into autograd.Function arguments."""
+    with_weights = "current" in op._name
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, group, bias, count, *tensors):
+            weights, xs = list(tensors[:count]), list(tensors[count:])
+            args = (group, weights, bias, xs) if with_weights else (group, xs)
+            with torch._C._AutoDispatchBelowAutograd():
+                out = op(*args)
+            setup(ctx, args, out)
+            return tuple(out)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            need = ctx.needs_input_grad
+            count = ctx.counts[0]
+            flat = need[3:]
+            if with_weights:
+                ctx.needs_input_grad = (False, list(flat[:count]), need[1], list(flat[count:]))
+            else:
+                ctx.needs_input_grad = (False, list(flat))
+            result = backward(ctx, list(grads))
+            if with_weights:
+                _, gw, gb, gx = result
+                return (None, gb, None) + tuple(gw) + tuple(gx)
+            return (None, None, None) + tuple(result[1])
+
+    def kernel(*args):
+        if with_weights:
+            group, weights, bias, xs = args
+        else:
+            (group, xs), weights, bias = args, [], None
+        return list(Function.apply(group, bias, len(weights), *weights, *xs))
+
+    # Python dispatch treats a backend's autograd key without a Python kernel as a fallthrough
+    # and removes it from the key set, which drops every backend's autograd key (they share one
+    # functionality bit): so the CPU and CUDA keys are registered beside the alias.
+    keys = torch._C.DispatchKey
+    for key in (keys.Autograd, keys.AutogradCPU, keys.AutogradCUDA):
+        op.py_impl(key)(kernel)
+
+
+_python_autograd_kernel(torch.ops.shapejit.linear_group_run_current.default, _linear_run_current_setup,
+                        _linear_run_current_backward)
+_python_autograd_kernel(torch.ops.shapejit.linear_group_run.default, _linear_run_setup, _linear_run_backward)

@@ -201,24 +201,29 @@ def _table_bags_concat(weights, bits, indices, offsets, modes, per_sample_weight
 
 
 class LinearGroupSettings:
-    """A linear group's per-part settings (the C++ group's __obj_flatten__), enough for every
-    output shape and for the gradient: the real group and its fake both give these."""
+    """A linear group's per-part settings and its packed weights' shapes (the C++ group's
+    __obj_flatten__), enough for every output shape and for the gradient: the real group and
+    its fake both give these."""
 
-    def __init__(self, weights, bias, rows, layouts, heads, scales, activations):
-        self.weights, self.bias = list(weights), bias
+    def __init__(self, weight_shapes, bias_size, rows, layouts, heads, scales, activations):
+        # As flattened (dynamo reads these attributes back by name): [rows, cols] of each weight
+        # in one list, and [size of the bias, or -1].
+        self.weight_shapes, self.bias_size = list(weight_shapes), list(bias_size)
         self.rows, self.layouts, self.heads = list(rows), list(layouts), list(heads)
         self.scales, self.activations = list(scales), list(activations)
 
     def parts(self, weights: Optional[List[Tensor]] = None):
         """(N, K, layout, heads, scale, activation) of each part, the weights being `weights`
         (run_current's) or the ones packed."""
-        weights = self.weights if weights is None else weights
-        packed = len(weights) == 1 and len(self.rows) > 0
-        count = len(self.rows) if packed else len(weights)
+        flat = self.weight_shapes
+        shapes = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)] if weights is None else [
+            (w.size(0), w.size(1)) for w in weights]
+        packed = len(shapes) == 1 and len(self.rows) > 0
+        count = len(self.rows) if packed else len(shapes)
         out = []
         for p in range(count):
-            n = self.rows[p] if packed or self.rows else weights[p].size(0)
-            k = weights[0].size(1) if packed else weights[p].size(1)
+            n = self.rows[p] if packed or self.rows else shapes[p][0]
+            k = shapes[0][1] if packed else shapes[p][1]
             out.append((n, k, self.layouts[p] if self.layouts else "row_major", self.heads[p] if self.heads else 1,
                         self.scales[p] if self.scales else 1.0,
                         self.activations[p] if self.activations else "none"))
@@ -248,6 +253,15 @@ class FakeLinearGroup(LinearGroupSettings):
     def num_parts(self) -> int:
         return len(self.parts())
 
+    def run(self, inputs):
+        return _linear_outputs(self.parts(), inputs)
+
+    def run_current(self, weights, bias, inputs):
+        return _linear_outputs(self.parts(weights), inputs)
+
+    def packed_from(self, weights, bias) -> bool:
+        return True  # a traced graph computes with the tensors it is given, whatever was packed
+
 
 def _linear_outputs(parts, inputs: List[Tensor]) -> List[Tensor]:
     torch._check(len(inputs) == len(parts),
@@ -271,3 +285,10 @@ def _linear_group_run(group, inputs):
 @torch.library.register_fake("shapejit::linear_group_run_current")
 def _linear_group_run_current(group, weights, bias, inputs):
     return _linear_outputs(linear_group_settings(group).parts(weights), inputs)
+
+
+# An op taking a script object is taken to have side effects (AOTAutograd then wraps it in
+# with_effects, which autograd does not see through). These have none that matter: their
+# outputs depend only on the tensors' values (run_current's repack only refreshes a cache).
+for _op in (torch.ops.shapejit.linear_group_run.default, torch.ops.shapejit.linear_group_run_current.default):
+    torch.library._register_effectful_op(_op, None)
