@@ -95,28 +95,11 @@ torch.library.register_autograd("shapejit::embedding_bag", _embedding_bag_backwa
                                 setup_context=_embedding_bag_setup)
 
 
-# ---- shapejit::embedding_bag_output: the output alone -------------------------------------------
-# It skips the index results the backward reads, so when a gradient is needed they are computed
-# by embedding_bag (a second engine call; shapejit.EmbeddingBag calls embedding_bag itself then).
-
-def _embedding_bag_output_setup(ctx, inputs, output):
-    weight, indices, offsets, mode, psw, include_last_offset, padding_idx = inputs
-    ctx.settings = (mode, padding_idx)
-    _, offset2bag, bag_size, max_indices = torch.ops.shapejit.embedding_bag(
-        weight, indices, offsets, False, mode, False, psw, include_last_offset, padding_idx)
-    ctx.save_for_backward(weight, indices, offsets, psw, offset2bag, bag_size, max_indices)
-
-
-def _embedding_bag_output_backward(ctx, grad):
-    weight, indices, offsets, psw, offset2bag, bag_size, max_indices = ctx.saved_tensors
-    mode, padding_idx = ctx.settings
-    gw, gp = bag_gradients(grad, weight, indices, offsets, psw, mode, padding_idx, False, False, offset2bag,
-                           bag_size, max_indices, _wants(ctx, 0), _wants(ctx, 4))
-    return gw, None, None, None, gp, None, None
-
-
-torch.library.register_autograd("shapejit::embedding_bag_output", _embedding_bag_output_backward,
-                                setup_context=_embedding_bag_output_setup)
+# ---- the output-only ops ---------------------------------------------------------------------
+# embedding_bag_output, table_bags_output, table_bags_concat_output and
+# quantized_embedding_bag_output have no autograd kernel: a Python one would run (and cost
+# about 20 us) at every inference call. They skip the index results a backward reads; the
+# modules call embedding_bag / table_bags / table_bags_concat when a gradient is needed.
 
 
 # ---- group ops: table_bags (one output per table) and table_bags_concat ([B, sum of D]) -------
@@ -198,8 +181,8 @@ torch.library.register_autograd("shapejit::table_bags_concat", _table_bags_conca
                                 setup_context=_group_setup)
 
 
-# The output-only group ops skip the index results: asked for a gradient, they are computed by
-# table_bags (a second engine call; EmbeddingBagGroup calls table_bags itself then).
+# embedding_bags_output (the float-only group op of the previous release): asked for a gradient,
+# the index results are computed by table_bags (a second engine call).
 
 def _output_group_setup(ctx, inputs, output):
     n = len(inputs[0])
@@ -223,10 +206,6 @@ def _embedding_bags_output_backward(ctx, grad_outputs):
     return grads
 
 
-torch.library.register_autograd("shapejit::table_bags_output", _table_bags_backward,
-                                setup_context=_output_group_setup)
-torch.library.register_autograd("shapejit::table_bags_concat_output", _table_bags_concat_backward,
-                                setup_context=_output_group_setup)
 torch.library.register_autograd("shapejit::embedding_bags_output", _embedding_bags_output_backward,
                                 setup_context=_embedding_bags_output_setup)
 
@@ -243,8 +222,8 @@ def _quantized_backward(ctx, *grads):
                        "requires_grad or use a float table (shapejit.EmbeddingBag)")
 
 
-for _name in ("quantized_embedding_bag", "quantized_embedding_bag_output"):
-    torch.library.register_autograd("shapejit::" + _name, _quantized_backward, setup_context=_quantized_setup)
+torch.library.register_autograd("shapejit::quantized_embedding_bag", _quantized_backward,
+                                setup_context=_quantized_setup)
 
 
 # ---- linear groups -----------------------------------------------------------------------------

@@ -63,6 +63,9 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
     """torch's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
     three public functions and shapejit.QuantizedEmbeddingBag call this)."""
     op = "shapejit.quantized." + _rowwise_op_name(bits)
+    if per_sample_weights is not None and per_sample_weights.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(op + ": rowwise-quantized tables are inference only (as torch's quantized ops): "
+                           "per_sample_weights must not require grad")
     indices, lengths, mapping = rowwise_arguments(op, indices, offsets, pruned_weights, compressed_indices_mapping)
     # TorchScript sees `mode` as the int it is annotated; eager callers may also pass a name.
     mode_number = mode if torch.jit.is_scripting() else _mode_number(mode)

@@ -101,23 +101,6 @@ def test_embedding_bag_gradients_equal_torch(sj, seed):
     assert compared >= CASES * 2 // 3
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_output_op_computes_its_index_results_for_the_gradient(sj, seed, mode):
-    """torch.ops.shapejit.embedding_bag_output skips the index results; asked for a gradient it
-    computes them (a second call) and gives torch's gradient."""
-    gen = torch.Generator().manual_seed(seed)
-    weight = torch.randn(20, 6, generator=gen)
-    inp = torch.randint(0, 20, (15,), generator=gen)
-    offsets = torch.tensor([0, 4, 4, 9])
-    mine, theirs = weight.clone().requires_grad_(), weight.clone().requires_grad_()
-    out = torch.ops.shapejit.embedding_bag_output(mine, inp, offsets, MODES.index(mode), None, False, 3)
-    ref = F.embedding_bag(inp, theirs, offsets, mode=mode, padding_idx=3)
-    grad = torch.randn(ref.shape, generator=gen)
-    out.backward(grad)
-    ref.backward(grad)
-    assert_same_tensor(mine.grad, theirs.grad, "weight.grad, mode " + mode)
-
-
 def torch_group(bags):
     return [torch.nn.EmbeddingBag(b.num_embeddings, b.embedding_dim, mode=b.mode, sparse=b.sparse,
                                   padding_idx=b.padding_idx, include_last_offset=b.include_last_offset,
@@ -180,7 +163,10 @@ def test_quantized_tables_are_inference_only(sj):
     out = qbag(torch.tensor([1, 2, 3]), torch.tensor([0, 1]))
     assert not out.requires_grad  # a buffer of codes: nothing to differentiate
     psw = torch.ones(3, requires_grad=True)
-    out = qbag(torch.tensor([1, 2, 3]), torch.tensor([0, 1]), psw)
+    with pytest.raises(RuntimeError, match="inference only"):
+        qbag(torch.tensor([1, 2, 3]), torch.tensor([0, 1]), psw)
+    out = torch.ops.shapejit.quantized_embedding_bag(packed, 8, torch.tensor([1, 2, 3]), torch.tensor([0, 1]), 0,
+                                                     psw)[0]
     with pytest.raises(RuntimeError, match="inference only"):
         out.sum().backward()
     group = sj.EmbeddingBagGroup([torch.nn.EmbeddingBag(10, 4), qbag])
