@@ -133,6 +133,9 @@ auto run_table_group(const char* op, at::TensorList weights, at::TensorList indi
   float_calls.reserve(n);
   quantized_calls.reserve(n);
   std::vector<shapejit_embedding_bag_ex_args> args;
+  // Per table: the offsets ATen's offset2bag is computed from where ATen fills it in sum mode
+  // (embedding_bag's rule), else undefined.
+  std::vector<at::Tensor> sum_offset2bag_offsets(n);
   for (size_t k = 0; k < n; ++k) {
     // Table k's errors name it as the engine's do (bags[k], see bag_error_detail).
     const std::string label = kOp + ": bags[" + std::to_string(k) + "]";
@@ -144,6 +147,9 @@ auto run_table_group(const char* op, at::TensorList weights, at::TensorList indi
       float_calls.push_back(float_table_call(what, weights[k], indices[k], offsets.get(k), modes[k],
                                              per_sample_weights.get(k), include_last_offset.get(k), padding_idx.get(k)));
       args.push_back(float_calls.back().ex);
+      if (modes[k] == SHAPEJIT_SUM &&
+          !aten_sum_fast_path(weights[k], float_calls.back().in.psw_given, padding_idx.get(k).has_value()))
+        sum_offset2bag_offsets[k] = float_calls.back().in.offsets;
     } else {
       quantized_calls.push_back(quantized_call(what, weights[k], b, indices[k], offsets.get(k), modes[k],
                                                per_sample_weights.get(k), padding_idx.get(k), include_last_offset.get(k),
@@ -151,7 +157,32 @@ auto run_table_group(const char* op, at::TensorList weights, at::TensorList indi
       args.push_back(quantized_calls.back().ex);
     }
   }
-  return run(args, op);
+  return run(args, op, sum_offset2bag_offsets);
+}
+
+// The group ops' runs: outputs alone, or with each table's index results (ATen's offset2bag in
+// sum mode where embedding_bag fills it too).
+std::vector<at::Tensor> outputs_of(std::span<const shapejit_embedding_bag_ex_args> calls, const char* op,
+                                   const std::vector<at::Tensor>&) {
+  return run_bags_output(calls, op);
+}
+at::Tensor concat_output_of(std::span<const shapejit_embedding_bag_ex_args> calls, const char* op,
+                            const std::vector<at::Tensor>&) {
+  return run_bags_concat_output(calls, op);
+}
+template <bool kConcat>
+GroupResults results_of(std::span<const shapejit_embedding_bag_ex_args> calls, const char* op,
+                        const std::vector<at::Tensor>& sum_offset2bag_offsets) {
+  std::vector<int64_t> modes;
+  for (const shapejit_embedding_bag_ex_args& c : calls) modes.push_back(int64_t(c.call.mode));
+  GroupResults r = run_bags(calls, modes, kConcat, op);
+  std::vector<at::Tensor>& offset2bag = std::get<1>(r);
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const int64_t n = calls[k].call.num_indices;
+    if (sum_offset2bag_offsets[k].defined() && offset2bag[k].numel() == 0 && n > 0)
+      offset2bag[k] = offset2bag_of(sum_offset2bag_offsets[k], n, offset2bag[k].scalar_type());
+  }
+  return r;
 }
 
 // Many float tables' outputs in one engine call (a model's embedding bags).
@@ -161,7 +192,7 @@ std::vector<at::Tensor> embedding_bags_output(at::TensorList weights, at::Tensor
                                               const c10::List<bool>& include_last_offset,
                                               const c10::List<c10::optional<int64_t>>& padding_idx) {
   return run_table_group("embedding_bags_output", weights, indices, offsets, modes, per_sample_weights,
-                         include_last_offset, padding_idx, {}, c10::List<c10::optional<at::Tensor>>(), run_bags_output);
+                         include_last_offset, padding_idx, {}, c10::List<c10::optional<at::Tensor>>(), outputs_of);
 }
 
 // Float and rowwise-quantized tables' outputs in one engine call (bits[k] 0: float).
@@ -172,7 +203,7 @@ std::vector<at::Tensor> table_bags_output(at::TensorList weights, at::IntArrayRe
                                           const c10::List<c10::optional<int64_t>>& padding_idx,
                                           const c10::List<c10::optional<at::Tensor>>& compressed_indices_mapping) {
   return run_table_group("table_bags_output", weights, indices, offsets, modes, per_sample_weights,
-                         include_last_offset, padding_idx, bits, compressed_indices_mapping, run_bags_output);
+                         include_last_offset, padding_idx, bits, compressed_indices_mapping, outputs_of);
 }
 
 // The same outputs side by side in one [B, sum of D] tensor, each table writing its columns.
@@ -183,7 +214,32 @@ at::Tensor table_bags_concat_output(at::TensorList weights, at::IntArrayRef bits
                                     const c10::List<c10::optional<int64_t>>& padding_idx,
                                     const c10::List<c10::optional<at::Tensor>>& compressed_indices_mapping) {
   return run_table_group("table_bags_concat_output", weights, indices, offsets, modes, per_sample_weights,
-                         include_last_offset, padding_idx, bits, compressed_indices_mapping, run_bags_concat_output);
+                         include_last_offset, padding_idx, bits, compressed_indices_mapping, concat_output_of);
+}
+
+// table_bags_output's outputs with each table's offset2bag, bag_size and max_indices (what
+// embedding_bag returns for it alone): the form the gradient runs.
+GroupResults table_bags(at::TensorList weights, at::IntArrayRef bits, at::TensorList indices,
+                        const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                        const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                        const c10::List<bool>& include_last_offset, const c10::List<c10::optional<int64_t>>& padding_idx,
+                        const c10::List<c10::optional<at::Tensor>>& compressed_indices_mapping,
+                        const c10::List<bool>& /*scale_grad_by_freq*/, const c10::List<bool>& /*sparse*/) {
+  return run_table_group("table_bags", weights, indices, offsets, modes, per_sample_weights, include_last_offset,
+                         padding_idx, bits, compressed_indices_mapping, results_of<false>);
+}
+
+// The same with the outputs side by side (table_bags_concat_output's).
+std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>> table_bags_concat(at::TensorList weights, at::IntArrayRef bits, at::TensorList indices,
+                               const c10::List<c10::optional<at::Tensor>>& offsets, at::IntArrayRef modes,
+                               const c10::List<c10::optional<at::Tensor>>& per_sample_weights,
+                               const c10::List<bool>& include_last_offset,
+                               const c10::List<c10::optional<int64_t>>& padding_idx,
+                               const c10::List<c10::optional<at::Tensor>>& compressed_indices_mapping,
+                        const c10::List<bool>& /*scale_grad_by_freq*/, const c10::List<bool>& /*sparse*/) {
+  GroupResults r = run_table_group("table_bags_concat", weights, indices, offsets, modes, per_sample_weights,
+                                   include_last_offset, padding_idx, bits, compressed_indices_mapping, results_of<true>);
+  return {std::get<0>(r).front(), std::get<1>(r), std::get<2>(r), std::get<3>(r)};
 }
 
 }  // namespace
@@ -215,6 +271,17 @@ TORCH_LIBRARY(shapejit, m) {
       "table_bags_concat_output(Tensor[] weights, int[] bits, Tensor[] indices, Tensor?[] offsets, int[] modes, "
       "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx, "
       "Tensor?[] compressed_indices_mapping) -> Tensor");
+  // table_bags_output and table_bags_concat_output with every table's index results (lists of
+  // offset2bag, bag_size, max_indices as embedding_bag returns them): what autograd runs.
+  // scale_grad_by_freq and sparse (one per table, or empty: all False) only shape the gradient.
+  m.def(
+      "table_bags(Tensor[] weights, int[] bits, Tensor[] indices, Tensor?[] offsets, int[] modes, "
+      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx, "
+      "Tensor?[] compressed_indices_mapping, bool[] scale_grad_by_freq, bool[] sparse) -> (Tensor[], Tensor[], Tensor[], Tensor[])");
+  m.def(
+      "table_bags_concat(Tensor[] weights, int[] bits, Tensor[] indices, Tensor?[] offsets, int[] modes, "
+      "Tensor?[] per_sample_weights, bool[] include_last_offset, int?[] padding_idx, "
+      "Tensor?[] compressed_indices_mapping, bool[] scale_grad_by_freq, bool[] sparse) -> (Tensor, Tensor[], Tensor[], Tensor[])");
   shapejit::torch_ext::register_linear_group(m);
   shapejit::torch_ext::register_quantized(m);
   shapejit::torch_ext::register_engine_ops(m);
@@ -226,4 +293,6 @@ TORCH_LIBRARY_IMPL(shapejit, CPU, m) {
   m.impl("embedding_bags_output", &shapejit::torch_ext::embedding_bags_output);
   m.impl("table_bags_output", &shapejit::torch_ext::table_bags_output);
   m.impl("table_bags_concat_output", &shapejit::torch_ext::table_bags_concat_output);
+  m.impl("table_bags", &shapejit::torch_ext::table_bags);
+  m.impl("table_bags_concat", &shapejit::torch_ext::table_bags_concat);
 }

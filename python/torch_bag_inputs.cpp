@@ -183,16 +183,16 @@ at::Tensor run_bag_output(const shapejit_embedding_bag_ex_args& call, const char
 
 namespace {
 
-// The group's plans, each call computing its output alone, with rows `row_stride` elements
-// apart (0: dense).
-std::vector<rt::EmbagCallPlan> plan_output_group(std::span<const shapejit_embedding_bag_ex_args> calls,
-                                                 int64_t row_stride) {
+// The group's plans, with rows `row_stride` elements apart (0: dense), each call computing its
+// output alone unless `index_outputs`.
+std::vector<rt::EmbagCallPlan> plan_group(std::span<const shapejit_embedding_bag_ex_args> calls, int64_t row_stride,
+                                          bool index_outputs = false) {
   std::vector<rt::EmbagCallPlan> plans(calls.size());
   for (size_t k = 0; k < calls.size(); ++k) {
-    shapejit_embedding_bag_ex_args output_only = calls[k];
-    output_only.skip_index_outputs = 1;
-    output_only.output_row_stride = row_stride;
-    plans[k] = rt::plan_group_call(rt::complete_ex_args(output_only), k);
+    shapejit_embedding_bag_ex_args c = calls[k];
+    c.skip_index_outputs = index_outputs ? 0 : 1;
+    c.output_row_stride = row_stride;
+    plans[k] = rt::plan_group_call(rt::complete_ex_args(c), k);
   }
   return plans;
 }
@@ -209,6 +209,38 @@ std::vector<rt::EmbagCallPlan> plan_output_group(std::span<const shapejit_embedd
   raise_failure(static_cast<shapejit_status>(e.status()), named.c_str(), what);
 }
 
+// The columns of all calls side by side (a negative dim is left to validation, which names it).
+int64_t concat_columns(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
+  TORCH_CHECK(!calls.empty(), "shapejit.", what, ": there must be at least one table to concatenate");
+  int64_t columns = 0;
+  for (const shapejit_embedding_bag_ex_args& c : calls)
+    TORCH_CHECK(!__builtin_add_overflow(columns, std::max<int64_t>(c.call.dim, 0), &columns), "shapejit.", what,
+                ": the tables' embedding dims add up to more than 2^63 - 1 columns");
+  return columns;
+}
+
+// One [B, columns] output for every plan, each writing its column slice into outs[k].output.
+at::Tensor concat_output(const std::vector<rt::EmbagCallPlan>& plans, int64_t columns, std::vector<rt::EmbagOutputs>& outs,
+                         const char* what) {
+  const shapejit_embedding_bag_shapes& first = plans.front().shapes;
+  for (size_t k = 1; k < plans.size(); ++k) {
+    TORCH_CHECK(plans[k].shapes.output_rows == first.output_rows, "shapejit.", what, ": bags[", k, "] has ",
+                plans[k].shapes.output_rows, " bags but bags[0] has ", first.output_rows,
+                " (the outputs are concatenated along dim 1, so every table needs the same number of bags)");
+    TORCH_CHECK(plans[k].out == plans.front().out, "shapejit.", what, ": bags[", k, "]'s output dtype ",
+                output_type(plans[k]), " differs from bags[0]'s ", output_type(plans.front()),
+                " (the outputs are concatenated into one tensor)");
+  }
+  at::Tensor result = empty_cpu({first.output_rows, columns}, output_type(plans.front()));
+  auto* base = static_cast<char*>(result.data_ptr());
+  int64_t column = 0;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    outs[k].output = base + column * int64_t(result.element_size());
+    column += plans[k].dim;
+  }
+  return result;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
@@ -216,7 +248,7 @@ std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_e
   std::vector<rt::EmbagOutputs> outs(calls.size());
   std::vector<at::Tensor> results;
   try {
-    const std::vector<rt::EmbagCallPlan> plans = plan_output_group(calls, 0);
+    const std::vector<rt::EmbagCallPlan> plans = plan_group(calls, 0);
     for (size_t k = 0; k < calls.size(); ++k) {
       const shapejit_embedding_bag_shapes& s = plans[k].shapes;
       results.push_back(empty_cpu({s.output_rows, s.output_cols}, output_type(plans[k])));
@@ -231,37 +263,45 @@ std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_e
 
 at::Tensor run_bags_concat_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what) {
   follow_torch_threads();
-  TORCH_CHECK(!calls.empty(), "shapejit.", what, ": there must be at least one table to concatenate");
-  // The columns of all calls (a negative dim is left to validation, which names it).
-  int64_t columns = 0;
-  for (const shapejit_embedding_bag_ex_args& c : calls)
-    TORCH_CHECK(!__builtin_add_overflow(columns, std::max<int64_t>(c.call.dim, 0), &columns), "shapejit.", what,
-                ": the tables' embedding dims add up to more than 2^63 - 1 columns");
+  const int64_t columns = concat_columns(calls, what);
   at::Tensor result;
   try {
-    const std::vector<rt::EmbagCallPlan> plans = plan_output_group(calls, columns);
-    const shapejit_embedding_bag_shapes& first = plans.front().shapes;
-    for (size_t k = 1; k < plans.size(); ++k) {
-      TORCH_CHECK(plans[k].shapes.output_rows == first.output_rows, "shapejit.", what, ": bags[", k, "] has ",
-                  plans[k].shapes.output_rows, " bags but bags[0] has ", first.output_rows,
-                  " (the outputs are concatenated along dim 1, so every table needs the same number of bags)");
-      TORCH_CHECK(plans[k].out == plans.front().out, "shapejit.", what, ": bags[", k, "]'s output dtype ",
-                  output_type(plans[k]), " differs from bags[0]'s ", output_type(plans.front()),
-                  " (the outputs are concatenated into one tensor)");
-    }
-    result = empty_cpu({first.output_rows, columns}, output_type(plans.front()));
+    const std::vector<rt::EmbagCallPlan> plans = plan_group(calls, columns);
     std::vector<rt::EmbagOutputs> outs(calls.size());
-    auto* base = static_cast<char*>(result.data_ptr());
-    int64_t column = 0;
-    for (size_t k = 0; k < calls.size(); ++k) {
-      outs[k].output = base + column * int64_t(result.element_size());
-      column += plans[k].dim;
-    }
+    result = concat_output(plans, columns, outs, what);
     rt::run_embedding_bags(plans, outs);
   } catch (const Error& e) {
     raise_group_failure(e, what);
   }
   return result;
+}
+
+GroupResults run_bags(std::span<const shapejit_embedding_bag_ex_args> calls, at::IntArrayRef modes, bool concat,
+                      const char* what) {
+  follow_torch_threads();
+  const int64_t columns = concat ? concat_columns(calls, what) : 0;
+  GroupResults r;
+  auto& [outputs, offset2bag, bag_size, max_indices] = r;
+  try {
+    const std::vector<rt::EmbagCallPlan> plans = plan_group(calls, columns, /*index_outputs=*/true);
+    std::vector<rt::EmbagOutputs> outs(calls.size());
+    if (concat) outputs.push_back(concat_output(plans, columns, outs, what));
+    for (size_t k = 0; k < calls.size(); ++k) {
+      BagResults one = allocate_results(plans[k].shapes, output_type(plans[k]), modes[k]);
+      if (!concat) outputs.push_back(std::get<0>(one));
+      offset2bag.push_back(std::get<1>(one));
+      bag_size.push_back(std::get<2>(one));
+      max_indices.push_back(std::get<3>(one));
+      if (!concat) outs[k].output = outputs.back().data_ptr();
+      outs[k].offset2bag = offset2bag.back().data_ptr();
+      outs[k].bag_size = bag_size.back().data_ptr();
+      outs[k].max_indices = max_indices.back().data_ptr();
+    }
+    rt::run_embedding_bags(plans, outs);
+  } catch (const Error& e) {
+    raise_group_failure(e, what);
+  }
+  return r;
 }
 
 }  // namespace shapejit::torch_ext

@@ -61,6 +61,16 @@ std::vector<at::Tensor> run_bags_output(std::span<const shapejit_embedding_bag_e
 /// be at least one.
 at::Tensor run_bags_concat_output(std::span<const shapejit_embedding_bag_ex_args> calls, const char* what);
 
+/// Each table's output (one [B, sum of D] tensor when `concat`) and its offset2bag, bag_size and
+/// max_indices, the lists of a group op with index results.
+using GroupResults =
+    std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>>;
+
+/// As run_bags_output (run_bags_concat_output when `concat`), but every call also computes its
+/// index results (what the gradient reads); modes[k] is call k's mode (the max_indices shape).
+GroupResults run_bags(std::span<const shapejit_embedding_bag_ex_args> calls, at::IntArrayRef modes, bool concat,
+                      const char* what);
+
 /// Empty results of the shapes shapejit reports; output has dtype `value_type`, max_indices is
 /// [B, D] in max mode and 1-D otherwise (ATen's shapes).
 BagResults allocate_results(const shapejit_embedding_bag_shapes& s, at::ScalarType value_type, int64_t mode);

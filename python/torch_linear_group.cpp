@@ -280,6 +280,32 @@ class LinearGroupHolder : public torch::CustomClassHolder {
             {settings_.layouts, settings_.activations}};
   }
 
+  // The group as torch.compile and torch.export see it (torch._library.register_fake_class
+  // rebuilds a Python stand-in from these pairs, python/shapejit/fake.py): the per-part settings
+  // and the packed weights' shapes ([rows, cols] of each), which fix every output's shape. No
+  // tensors: a traced graph must not read the pack's copies (callers pass the weights to
+  // linear_group_run_current), and tensors here would alias the caller's.
+  std::tuple<std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<int64_t>>,
+             std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<std::string>>,
+             std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<double>>,
+             std::tuple<std::string, std::vector<std::string>>>
+  flatten() const {
+    std::shared_ptr<const Packed> p = current();
+    std::vector<int64_t> shapes;
+    for (const at::Tensor& w : p->source_weights()) {
+      shapes.push_back(w.size(0));
+      shapes.push_back(w.size(1));
+    }
+    const c10::optional<at::Tensor> bias = p->source_bias();
+    return {{"weight_shapes", shapes},
+            {"bias_size", {bias.has_value() ? bias->size(0) : -1}},
+            {"rows", settings_.rows},
+            {"layouts", settings_.layouts},
+            {"heads", settings_.heads},
+            {"scales", settings_.scales},
+            {"activations", settings_.activations}};
+  }
+
   static c10::intrusive_ptr<LinearGroupHolder> from_state(State s) {
     auto& [tensors, numbers, names] = s;
     TORCH_CHECK(std::get<0>(tensors) == 1, "shapejit.LinearGroup: cannot load a pickled group of format ",
@@ -323,11 +349,18 @@ void register_linear_group(torch::Library& m) {
       .def("run", &LinearGroupHolder::run)
       .def("run_current", &LinearGroupHolder::run_current)
       .def("packed_from", &LinearGroupHolder::packed_from)
+      .def("__obj_flatten__", &LinearGroupHolder::flatten)
       .def_pickle([](const c10::intrusive_ptr<LinearGroupHolder>& self) { return self->state(); },
                   [](State s) { return LinearGroupHolder::from_state(std::move(s)); });
-  m.def("linear_group_run", linear_group_run);
+  // Schemas with a CPU kernel (not catch-all kernels, which torch treats as
+  // CompositeImplicitAutograd): fake kernels and autograd are registered in Python
+  // (python/shapejit/fake.py, autograd.py).
+  m.def("linear_group_run(__torch__.torch.classes.shapejit.LinearGroup group, Tensor[] inputs) -> Tensor[]");
+  m.impl("linear_group_run", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(linear_group_run)));
   // The group packed from `weights` and `bias` (repacked when they changed) run on `inputs`.
-  m.def("linear_group_run_current", linear_group_run_current);
+  m.def("linear_group_run_current(__torch__.torch.classes.shapejit.LinearGroup group, Tensor[] weights, "
+        "Tensor? bias, Tensor[] inputs) -> Tensor[]");
+  m.impl("linear_group_run_current", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(linear_group_run_current)));
 }
 
 }  // namespace shapejit::torch_ext

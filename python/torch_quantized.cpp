@@ -182,22 +182,26 @@ QuantizedCall quantized_call(const char* op, const at::Tensor& weight, int64_t b
 }
 
 void register_quantized(torch::Library& m) {
+  // Schemas with CPU kernels (a catch-all kernel would be CompositeImplicitAutograd, which
+  // allows no fake kernel; python/shapejit/fake.py registers those).
+  const auto cpu = [](auto fn) { return torch::dispatch(c10::DispatchKey::CPU, fn); };
   m.def(
       "quantized_embedding_bag(Tensor weight, int bits, Tensor indices, Tensor? offsets=None, int mode=0, "
       "Tensor? per_sample_weights=None, int? padding_idx=None, bool include_last_offset=False, "
       "Tensor? compressed_indices_mapping=None, bool offsets_as_lengths=False, ScalarType? output_dtype=None, "
-      "int? dim=None) -> (Tensor, Tensor, Tensor, Tensor)",
-      quantized_embedding_bag<false>);
+      "int? dim=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.impl("quantized_embedding_bag", cpu(TORCH_FN(quantized_embedding_bag<false>)));
   m.def(
       "quantized_embedding_bag_output(Tensor weight, int bits, Tensor indices, Tensor? offsets=None, int mode=0, "
       "Tensor? per_sample_weights=None, int? padding_idx=None, bool include_last_offset=False, "
       "Tensor? compressed_indices_mapping=None, bool offsets_as_lengths=False, ScalarType? output_dtype=None, "
-      "int? dim=None) -> Tensor",
-      quantized_embedding_bag<true>);
+      "int? dim=None) -> Tensor");
+  m.impl("quantized_embedding_bag_output", cpu(TORCH_FN(quantized_embedding_bag<true>)));
   m.def("rowwise_prepack(Tensor weight, int bits, bool optimized_qparams=False, int nbins=200, float ratio=0.16) "
-        "-> Tensor",
-        rowwise_prepack);
-  m.def("rowwise_unpack(Tensor weight, int bits) -> Tensor", rowwise_unpack);
+        "-> Tensor");
+  m.impl("rowwise_prepack", cpu(TORCH_FN(rowwise_prepack)));
+  m.def("rowwise_unpack(Tensor weight, int bits) -> Tensor");
+  m.impl("rowwise_unpack", cpu(TORCH_FN(rowwise_unpack)));
 }
 
 }  // namespace shapejit::torch_ext

@@ -9,8 +9,10 @@
     proj = shapejit.in_projection(mha)                               # an nn.MultiheadAttention
     q, k, v = proj(query, key, value)                                # each [Nb, H, L, Dh]
 
-Everything is forward only (no autograd) and runs on CPU tensors: f32, f16 and bf16 tables, and
-rowwise-quantized 8/4/2-bit tables (shapejit.quantized); linear groups take f32.
+Everything runs on CPU tensors: f32, f16 and bf16 tables, and rowwise-quantized 8/4/2-bit tables
+(shapejit.quantized); linear groups take f32. Float bags and linear groups are differentiable
+(their backward is torch's, shapejit.autograd); quantized tables are inference only. Every op has
+a fake kernel (shapejit.fake), so torch.compile and torch.export trace through them.
 
 Threads follow torch.set_num_threads unless shapejit.set_num_threads(n > 0) fixes a count
 (shapejit.engine explains the rule); shapejit.__version__, shapejit.isa() and
@@ -27,6 +29,7 @@ embedding_bag = torch.ops.shapejit.embedding_bag
 #: torch.ops.shapejit.linear_group_run(group, inputs) -> outputs.
 linear_group_run = torch.ops.shapejit.linear_group_run
 
+from . import fake, autograd  # noqa: E402,F401  (fake kernels and gradients of the operators above)
 from . import quantized  # noqa: E402  (needs the operators registered above)
 from .modules import EmbeddingBag, EmbeddingBagGroup, QuantizedEmbeddingBag  # noqa: E402
 from .linear import InProjection, in_projection, linear_group  # noqa: E402

@@ -19,8 +19,8 @@ from torch import Tensor
 class MultiheadAttention(torch.nn.MultiheadAttention):
     """A drop-in torch.nn.MultiheadAttention (same constructor, parameters, state_dict and
     torch 2.x forward: masks, need_weights, average_attn_weights, is_causal, batch_first,
-    kdim/vdim, add_bias_kv, add_zero_attn, dropout in training). Forward only for the in-projection: no
-    gradient reaches in_proj_weight/in_proj_bias (out_proj and bias_k/bias_v are torch ops).
+    kdim/vdim, add_bias_kv, add_zero_attn, dropout in training). Differentiable: the
+    in-projection's backward is torch's linear backward on the same tensors (shapejit/autograd.py).
     Parameters must be float32 CPU tensors when forward runs. batch_first is read when the
     module is built: build a new module (from_torch) to change it."""
 
@@ -102,12 +102,11 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             raise AssertionError("shapejit.MultiheadAttention: key and value must agree in their batch and sequence "
                                  "dimensions, but have shapes {} and {}".format(key.shape, value.shape))
         weights = self._in_weights()
-        if torch.is_grad_enabled() and (weights[0].requires_grad or query.requires_grad):
-            warnings.warn("shapejit.MultiheadAttention: the in-projection is forward only: no gradient reaches "
-                          "in_proj_weight, in_proj_bias or the inputs (run under torch.no_grad() to silence this)",
-                          stacklevel=2)
         # q, k, v: [bsz, H, L, Dh]; torch's are the same memory order viewed as [bsz * H, L, Dh].
-        q, k, v = self._group.run_current(weights, self.in_proj_bias, [query, key, value])
+        # The op (not the group's method): it has a fake kernel and torch's linear backward
+        # (shapejit/fake.py, autograd.py), so it traces, exports and trains.
+        q, k, v = torch.ops.shapejit.linear_group_run_current(self._group, weights, self.in_proj_bias,
+                                                              [query, key, value])
 
         # torch 2.x's mask rules (F.multi_head_attention_forward): both masks become float (-inf
         # where a bool mask is True) and are added; is_causal is a hint that attn_mask is causal.

@@ -44,7 +44,12 @@ class InProjection:
         else:
             weights, rows = [mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight], []
         q_scale = 1.0 / math.sqrt(self.head_dim) if scale_query else 1.0
-        self.group = linear_group(weights, mha.in_proj_bias, rows, [layout] * 3, [mha.num_heads] * 3,
+        # The copies the group is packed from, passed at each call (run_current finds them
+        # packed): a traced graph then holds them as tensors, which the gradient of the inputs
+        # reads (the group's own copies are opaque to torch.compile).
+        self.weights = [w.detach().clone() for w in weights]
+        self.bias = None if mha.in_proj_bias is None else mha.in_proj_bias.detach().clone()
+        self.group = linear_group(self.weights, self.bias, rows, [layout] * 3, [mha.num_heads] * 3,
                                   [q_scale, 1.0, 1.0])
 
     def __call__(self, query: Tensor, key: Tensor, value: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -52,7 +57,10 @@ class InProjection:
         if unbatched:
             batch_dim = 0 if self.batch_first else 1
             query, key, value = (t.unsqueeze(batch_dim) for t in (query, key, value))
-        q, k, v = self.group.run([query, key, value])
+        # The op, not the method: it traces under torch.compile / torch.export and passes the
+        # inputs' gradient (the weights were copied: they get none).
+        q, k, v = torch.ops.shapejit.linear_group_run_current(self.group, self.weights, self.bias,
+                                                              [query, key, value])
         if unbatched:
             q, k, v = q.squeeze(0), k.squeeze(0), v.squeeze(0)
         return q, k, v

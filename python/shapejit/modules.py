@@ -2,7 +2,6 @@
 and bf16 tables); shapejit.EmbeddingBagGroup: many of them in one engine call (a model's tables);
 shapejit.QuantizedEmbeddingBag: the same over rowwise-quantized packed rows, the counterpart of
 torch.ao.nn.quantized.EmbeddingBag."""
-import warnings
 from typing import Iterable, List, Optional, Tuple
 
 import torch
@@ -16,6 +15,11 @@ _MODES = {"sum": 0, "mean": 1, "max": 2}
 # embedding_bag_output is torch.ops.shapejit.embedding_bag's output alone: the three index results
 # forward drops are never allocated, and the arguments only the gradient reads are not passed.
 _EMBEDDING_BAG_OUTPUT = getattr(torch.ops.shapejit.embedding_bag_output, "_op", torch.ops.shapejit.embedding_bag_output)
+# When a gradient is needed, the ops that also return the index results the backward reads
+# (shapejit/autograd.py: torch's own embedding-bag backward on them).
+_EMBEDDING_BAG = torch.ops.shapejit.embedding_bag
+_TABLE_BAGS = torch.ops.shapejit.table_bags
+_TABLE_BAGS_CONCAT = torch.ops.shapejit.table_bags_concat
 # table_bags_output: embedding_bag_output's arguments as lists, one entry per table, one engine
 # call, for float and rowwise-quantized tables (bits 0, 8, 4, 2); and
 # table_bags_concat_output its outputs side by side in one [B, sum of D] tensor.
@@ -27,7 +31,9 @@ _scripting = torch.jit.is_scripting
 
 class EmbeddingBag(torch.nn.EmbeddingBag):
     """A drop-in torch.nn.EmbeddingBag (same constructor, from_pretrained, state_dict) whose
-    forward is torch.ops.shapejit.embedding_bag_output. Forward only: no gradient reaches the weight.
+    forward is torch.ops.shapejit.embedding_bag_output, or, when a gradient is needed (the weight
+    or per_sample_weights require grad), torch.ops.shapejit.embedding_bag, whose backward is
+    torch's own (shapejit/autograd.py): gradients, dense or sparse, are bitwise torch's.
     max_norm (which renormalises the weight during forward) is not supported. The weight may be
     float32, float16 or bfloat16 (per_sample_weights then of the same dtype); a bf16 table
     computes in f32 and rounds once (the f16 rules of torch 1.13, which has no bf16 bags)."""
@@ -70,9 +76,13 @@ class EmbeddingBag(torch.nn.EmbeddingBag):
             weight = self.weight
         else:  # Module.__getattr__ is the slowest step of an eager call; TorchScript drops this branch
             weight = self._parameters["weight"]
-        if weight.requires_grad and torch.is_grad_enabled():
-            _warn_forward_only("shapejit.EmbeddingBag")
-        # No autograd kernel: the output never requires grad, so the weight needs no detach().
+        if torch.is_grad_enabled() and (weight.requires_grad or (per_sample_weights is not None
+                                                                 and per_sample_weights.requires_grad)):
+            return _EMBEDDING_BAG(weight, input, offsets, self.scale_grad_by_freq, mode, self.sparse,
+                                  per_sample_weights, self.include_last_offset, self.padding_idx)[0]
+        if torch.compiler.is_compiling():  # dynamo traces the operator, not its raw builtin
+            return torch.ops.shapejit.embedding_bag_output(weight, input, offsets, mode, per_sample_weights,
+                                                           self.include_last_offset, self.padding_idx)
         return _EMBEDDING_BAG_OUTPUT(weight, input, offsets, mode, per_sample_weights, self.include_last_offset,
                                      self.padding_idx)
 
@@ -139,11 +149,6 @@ def _check_per_sample_weights(input: Tensor, per_sample_weights: Tensor, mode: s
                                   "'{}'".format(who, mode))
 
 
-def _warn_forward_only(who: str) -> None:
-    warnings.warn("{} is forward only: no gradient flows to its weight (run under torch.no_grad() or freeze the "
-                  "weight to silence this)".format(who), stacklevel=3)
-
-
 class EmbeddingBagGroup(torch.nn.Module):
     """Many embedding bags in one engine call (a model's tables): forward takes one input (with its
     offsets and per_sample_weights) per bag and returns one output per bag, each bitwise what that
@@ -155,7 +160,10 @@ class EmbeddingBagGroup(torch.nn.Module):
     in any mix; it shares their weights and reads a bag's settings at each call. A quantized bag
     takes its input as its own forward does (torch's quantized ops: offsets are bag lengths, and
     compressed_indices_mappings[k] for a pruned table). The float bags are held in `bags`, the
-    quantized ones in `quantized_bags`, each in the caller's order. Forward only."""
+    quantized ones in `quantized_bags`, each in the caller's order. When a gradient is needed (a
+    float bag's weight or a per_sample_weights requires grad) the call also computes every bag's
+    index results and each float bag's gradients are torch's (shapejit/autograd.py);
+    quantized bags are inference only."""
 
     _float_at: List[int]
     _quantized_at: List[int]
@@ -193,6 +201,12 @@ class EmbeddingBagGroup(torch.nn.Module):
         args = self._arguments(inputs, offsets, per_sample_weights, compressed_indices_mappings)
         if self._count == 0:  # no tensor argument to dispatch on
             return []
+        if self._needs_grad(args[0], args[5]):
+            return _TABLE_BAGS(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8],
+                               self._scale_grad_by_freq(), self._sparse())[0]
+        if torch.compiler.is_compiling():  # dynamo traces the operator, not its raw builtin
+            return torch.ops.shapejit.table_bags_output(args[0], args[1], args[2], args[3], args[4], args[5], args[6],
+                                                        args[7], args[8])
         return _TABLE_BAGS_OUTPUT(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8])
 
     @torch.jit.export
@@ -205,8 +219,54 @@ class EmbeddingBagGroup(torch.nn.Module):
         args = self._arguments(inputs, offsets, per_sample_weights, compressed_indices_mappings)
         if self._count == 0:
             raise ValueError("shapejit.EmbeddingBagGroup.concat: the group has no bags to concatenate")
+        if self._needs_grad(args[0], args[5]):
+            return _TABLE_BAGS_CONCAT(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7],
+                                      args[8], self._scale_grad_by_freq(), self._sparse())[0]
+        if torch.compiler.is_compiling():  # dynamo traces the operator, not its raw builtin
+            return torch.ops.shapejit.table_bags_concat_output(args[0], args[1], args[2], args[3], args[4], args[5],
+                                                               args[6], args[7], args[8])
         return _TABLE_BAGS_CONCAT_OUTPUT(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7],
                                          args[8])
+
+    def _needs_grad(self, weights: List[Tensor], per_sample_weights: List[Optional[Tensor]]) -> bool:
+        """Whether the call must compute the index results a backward reads; raises when a
+        gradient is asked of per_sample_weights beside bags without them (one autograd argument
+        then holds None, which torch.library's autograd cannot differentiate)."""
+        if not torch.is_grad_enabled():
+            return False
+        wanted = False
+        for w in weights:
+            if w.requires_grad:
+                wanted = True
+        psw_wanted = False
+        missing = False
+        for p in per_sample_weights:
+            if p is None:
+                missing = True
+            elif p.requires_grad:
+                psw_wanted = True
+        if psw_wanted and missing:
+            raise NotImplementedError("shapejit.EmbeddingBagGroup: per_sample_weights require grad, so every bag "
+                                      "needs per_sample_weights (torch.ones for a sum bag), or none may require grad")
+        return wanted or psw_wanted
+
+    def _scale_grad_by_freq(self) -> List[bool]:
+        """Each bag's scale_grad_by_freq in the caller's order (quantized bags: False)."""
+        out: List[bool] = [False] * self._count
+        j = 0
+        for bag in self.bags:
+            out[self._float_at[j]] = bool(bag.scale_grad_by_freq)
+            j += 1
+        return out
+
+    def _sparse(self) -> List[bool]:
+        """Each bag's sparse setting in the caller's order (quantized bags: False)."""
+        out: List[bool] = [False] * self._count
+        j = 0
+        for bag in self.bags:
+            out[self._float_at[j]] = bool(bag.sparse)
+            j += 1
+        return out
 
     def _arguments(self, inputs: List[Tensor], offsets: Optional[List[Optional[Tensor]]],
                    per_sample_weights: Optional[List[Optional[Tensor]]],
@@ -238,7 +298,6 @@ class EmbeddingBagGroup(torch.nn.Module):
                 padding.append(None)
         else:
             padding = [None] * n
-        grad = torch.is_grad_enabled()
         j = 0
         for bag in self.bags:
             k = self._float_at[j]
@@ -252,8 +311,6 @@ class EmbeddingBagGroup(torch.nn.Module):
                 weight = bag.weight
             else:  # Module.__getattr__ is slow; TorchScript drops this branch
                 weight = bag._parameters["weight"]
-            if grad and weight.requires_grad:
-                _warn_forward_only(self._names[k])
             weights[k] = weight
             modes[k] = mode
             last[k] = bag.include_last_offset

@@ -82,6 +82,10 @@ def _refusal(module: torch.nn.Module) -> Optional[str]:
             return "its weight is {}, shapejit takes float32, float16 or bfloat16 tables".format(w.dtype)
         return None
     if type(module) is torch.nn.MultiheadAttention:
+        if module.training:  # bags train bit for bit as torch's (their backward is torch's); this does not
+            return ("in training mode: shapejit's in-projection rounds differently from torch's (within the "
+                    "split-GEMM bound), so training would not follow torch's bit for bit; optimize the model in "
+                    "eval mode, or swap it by hand (shapejit.MultiheadAttention.from_torch)")
         for name, p in module.named_parameters(recurse=False):
             if p.device.type != "cpu" or p.dtype != torch.float32:
                 return "{} is {} on {}, shapejit's in-projection takes float32 CPU tensors".format(
@@ -117,7 +121,9 @@ def optimize(model: torch.nn.Module, inplace: bool = False, group_bags: bool = T
     argument is untouched; with inplace=True the argument itself is changed (its modules swapped)
     and returned, unless bags were grouped: then the GraphModule over its modules is returned.
     Only the exact torch classes are swapped (a subclass may compute something else); a module
-    reached through several paths is converted once and stays shared.
+    reached through several paths is converted once and stays shared. A model in training mode
+    trains exactly as before: its bags are swapped (their gradients are torch's, bit for bit),
+    its MultiheadAttention modules in training mode are not (their forward rounds differently).
 
     With group_bags (the default), the swapped model is then traced with torch.fx and bag calls
     that do not depend on each other's outputs become one shapejit.EmbeddingBagGroup call (and

@@ -63,6 +63,9 @@ def rowwise_offsets(bits: int, weight: Tensor, indices: Tensor, offsets: Optiona
     """torch 2.13's quantized::embedding_bag_*_rowwise_offsets argument rules, then the lookup (the
     three public functions and shapejit.QuantizedEmbeddingBag call this)."""
     op = "shapejit.quantized." + _rowwise_op_name(bits)
+    if per_sample_weights is not None and per_sample_weights.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(op + ": rowwise-quantized tables are inference only (as torch's quantized ops): "
+                           "per_sample_weights must not require grad")
     if offsets is not None and indices.dim() == 1 and offsets.numel() == 0 and not include_last_offset:
         # torch returns no bags (and reads no index); the engine needs at least one offset.
         width = weight.size(-1) if weight.dim() == 2 else 0

@@ -375,15 +375,18 @@ def test_errors_match_torch(sj):
         sj.MultiheadAttention.from_torch(torch.nn.Linear(2, 2))
 
 
-def test_forward_only_warning(sj):
+def test_gradients_reach_the_in_projection(sj):
+    """in_proj_weight, in_proj_bias and the input get gradients, without warnings (test_autograd.py
+    compares them with torch's)."""
     ours = sj.MultiheadAttention(8, 2)
-    x = torch.randn(3, 2, 8)
-    with pytest.warns(UserWarning, match="forward only"):
-        ours(x, x, x)
+    x = torch.randn(3, 2, 8, requires_grad=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with torch.no_grad():
-            ours(x, x, x)
+        ours(x, x, x)[0].sum().backward()
+    for name in ("in_proj_weight", "in_proj_bias"):
+        grad = getattr(ours, name).grad
+        assert grad is not None and grad.abs().sum() > 0, name
+    assert x.grad is not None and x.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("train", [False, True])

@@ -2,6 +2,7 @@
 call give each bag's own output (bitwise that of its shapejit.EmbeddingBag), name the bag whose
 arguments are wrong, and script."""
 import random
+import warnings
 
 import pytest
 import torch
@@ -97,10 +98,17 @@ def test_errors_name_the_bag(sj):
         torch.ops.shapejit.embedding_bags_output([w, w], good, offs, [0], [None, None], [False, False], [None, None])
 
 
-def test_warns_when_a_weight_wants_gradients(sj):
-    group = sj.EmbeddingBagGroup([torch.nn.EmbeddingBag(10, 4)])
-    with pytest.warns(UserWarning, match=r"bags\[0\] is forward only"):
-        group([torch.tensor([1])], [torch.tensor([0])])
+def test_gradient_reaches_a_weight_that_wants_it(sj):
+    """A bag's weight requiring grad gets torch's gradient (test_autograd.py compares many cases)."""
+    bag = torch.nn.EmbeddingBag(10, 4)
+    ref = torch.nn.EmbeddingBag(10, 4, _weight=bag.weight.detach().clone())
+    group = sj.EmbeddingBagGroup([bag])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (out,) = group([torch.tensor([1, 1, 7])], [torch.tensor([0, 1])])
+    out.sum().backward()
+    ref(torch.tensor([1, 1, 7]), torch.tensor([0, 1])).sum().backward()
+    assert torch.equal(bag.weight.grad, ref.weight.grad)
 
 
 def test_scripted_group_equals_eager(sj, seed):

@@ -123,15 +123,20 @@ def test_argument_errors_match_torch(sj):
                 ours(inp, offsets, psw)
 
 
-def test_forward_only_warns_when_a_gradient_is_expected(sj):
-    ours = sj.EmbeddingBag(10, 3)
-    with pytest.warns(UserWarning, match="forward only"):
-        out = ours(torch.tensor([[1, 2]]))
-    assert not out.requires_grad
+def test_gradient_reaches_the_weight_without_warnings(sj):
+    """A weight requiring grad gets torch's gradient (test_autograd.py compares many cases); with
+    grad disabled the output-only op runs and nothing requires grad."""
+    ref = torch.nn.EmbeddingBag(10, 3, mode="max")
+    ours = sj.EmbeddingBag.from_torch(torch.nn.EmbeddingBag(10, 3, mode="max", _weight=ref.weight.detach().clone()))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        out = ours(torch.tensor([[1, 2], [4, 4]]))
+        assert out.requires_grad
+        out.sum().backward()
+        ref(torch.tensor([[1, 2], [4, 4]])).sum().backward()
+        assert torch.equal(ours.weight.grad, ref.weight.grad)
         with torch.no_grad():
-            ours(torch.tensor([[1, 2]]))
+            assert not ours(torch.tensor([[1, 2]])).requires_grad
 
 
 def test_max_norm_is_refused(sj):

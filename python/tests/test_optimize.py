@@ -107,7 +107,13 @@ def test_small_transformer(sj, seed, train):
         optimized, report = sj.optimize(model)
         actual = optimized(x, memory)
     names = [s.name for s in report.swapped]
-    assert names == ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "cross"], replay(str(report))
+    attention = ["encoder.layers.0.self_attn", "encoder.layers.1.self_attn", "cross"]
+    if train:  # training would round differently from torch's: left alone (test_autograd.py: bags train)
+        assert names == [], replay(str(report))
+        assert [s.name for s in report.skipped] == attention + ["double_attn"], replay(str(report))
+        assert all("training" in s.reason for s in report.skipped), replay(str(report))
+        return
+    assert names == attention, replay(str(report))
     assert all("fused path" in s.note for s in report.swapped[:2]) and report.swapped[2].note == ""
     assert [s.name for s in report.skipped] == ["double_attn"] and "float64" in report.skipped[0].reason
     for a, e in zip(actual, expected):
