@@ -125,6 +125,21 @@ def rowwise_arguments(op: str, bits: int, indices: Tensor, offsets: Optional[Ten
     whole_call = bits != 8 or mapping is not None
     n = indices.numel()
     m = offsets.numel()
+    if torch.compiler.is_compiling():
+        # Reading offsets' values in Python would break the graph: the same rules as traced asserts
+        # instead, and offsets[0] == 0 for every table (eager also takes offsets[0] > 0 for
+        # unpruned 8-bit tables, which needs a slice of data-dependent size). Positions after the
+        # last bag need no slice: the engine's lengths reading never takes them.
+        if offsets.dim() == 1 and m > 0:
+            torch._assert_async(offsets[0] == 0, op + ": under torch.compile offsets[0] must be 0 (eager calls "
+                                "also take offsets[0] > 0 for unpruned 8-bit tables)")
+            # a running maximum, not offsets[1:] against offsets[:-1]: no size m - 1 for export to bound
+            torch._assert_async((offsets == offsets.cummax(0).values).all(), op + ": offsets must be non-decreasing")
+            torch._assert_async(offsets[-1] <= n, op + ": offsets must not exceed the number of indices")
+            if include_last_offset and whole_call:
+                torch._assert_async(offsets[-1] == n, op + ": with include_last_offset the last offset of a "
+                                    "4/2-bit or pruned 8-bit table must be the number of indices")
+        return indices, offsets, per_sample_weights, mapping
     if offsets.dim() == 1 and offsets.dtype in (torch.int32, torch.int64) and m > 0:
         first = int(offsets[0])
         last = int(offsets[m - 1])

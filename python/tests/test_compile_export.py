@@ -276,3 +276,21 @@ def test_opcheck_every_op(sj, seed):
         checked.add(str(op))
     print("opcheck: {} ops: {}".format(len(checked), sorted(checked)))
     assert len(checked) == 13
+
+
+@pytest.mark.parametrize("offsets,rule", [([0, 3, 2], "non-decreasing"), ([1, 2, 3], "offsets\\[0\\] must be 0"),
+                                          ([0, 2, 9], "must not exceed")])
+def test_compiled_quantized_calls_check_offsets(sj, offsets, rule):
+    """Under torch.compile the rowwise offsets rules run as traced asserts (no graph break): a bad
+    offsets tensor still raises naming the rule, and a good one gives eager's result."""
+    packed = sj.quantized.embedding_bag_byte_prepack(torch.randn(10, 8))
+    indices = torch.tensor([1, 2, 3, 4, 5, 6])
+
+    def lookup(off):
+        return sj.quantized.embedding_bag_byte_rowwise_offsets(packed, indices, off)
+
+    compiled = torch.compile(lookup, backend="eager", fullgraph=True)
+    good = torch.tensor([0, 2, 6])
+    assert_same_tensor(compiled(good), lookup(good), "compiled rowwise lookup")
+    with pytest.raises(RuntimeError, match=rule):
+        compiled(torch.tensor(offsets))
