@@ -108,13 +108,12 @@ def compare(sj, mha, query, key, value, what, dropout_seed=None, ours=None, **kw
     with torch.no_grad():
         if dropout_seed is not None:
             torch.manual_seed(dropout_seed)
-        # torch 1.13's fused path (eval, batch_first, self-attention) fails without biases, and reads
-        # a float key_padding_mask as a bool one (nonzero masks: a row it masks whole is NaN where
-        # the unfused path adds the values); shapejit follows the unfused path, F.multi_head_attention_
-        # forward's rules. So torch gets a copy of the key there, which takes its unfused path.
-        kpm_given = kwargs.get("key_padding_mask")
-        float_kpm = kpm_given is not None and kpm_given.is_floating_point()
-        torch_key = key.clone() if key is query and (mha.in_proj_bias is None or float_kpm) else key
+        # torch's fused path (eval, batch_first, self-attention) fails without biases, reads a float
+        # key_padding_mask as a bool one, and gives NaN for a query whose keys are all masked where
+        # its unfused path (scaled_dot_product_attention) gives 0; shapejit follows the unfused path,
+        # F.multi_head_attention_forward's rules. So torch always gets a copy of the key, which
+        # takes its unfused path.
+        torch_key = key.clone() if key is query else key
         expected, expected_w = mha(query, torch_key, torch_key if value is key else value, **kwargs)
         if dropout_seed is not None:
             torch.manual_seed(dropout_seed)
