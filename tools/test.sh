@@ -137,7 +137,7 @@ hardening_stage() {
 
 timed "install (test packages)" tools/install_deps.sh test
 # The Python environment (pip's torch 2.13 and the test packages, pinned): build-venv/.
-timed "install (python venv, tools/python_env.sh)" tools/python_env.sh >/dev/null
+timed "install (python venv, tools/python_env.sh)" tools/python_env.sh
 venv_python=$PWD/build-venv/bin/python
 release_stage
 # Stage 1b: the Python package as users install it, each install running python/tests from outside
