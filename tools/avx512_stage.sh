@@ -9,7 +9,8 @@
 # or, sourced: avx512_stage [BUILD_DIR]
 # Outside CI (CI != true) a host without AVX-512 and without the Bochs packages skips the stage
 # with the command that installs them; CI installs them (tools/install_deps.sh bochs). The guest is
-# cached in SHAPEJIT_BOCHS_DIR (default BUILD_DIR/bochs); SHAPEJIT_BOCHS_SHARDS overrides the
+# cached in SHAPEJIT_BOCHS_DIR (default ~/.cache/shapejit/bochs, see tools/bochs/prepare.sh; the
+# shards' output goes to BUILD_DIR/bochs-stage); SHAPEJIT_BOCHS_SHARDS overrides the
 # number of parallel Bochs instances (default: the number of cores, at most 4).
 
 avx512_stage() (
@@ -38,14 +39,13 @@ avx512_stage() (
     echo "   install them with: tools/install_deps.sh bochs   (CI=true installs them automatically)"
     return 0
   fi
-  export SHAPEJIT_BOCHS_DIR=${SHAPEJIT_BOCHS_DIR:-$build/bochs}
   t1=$(date +%s)
   tools/install_deps.sh bochs
   t2=$(date +%s)
   tools/bochs/prepare.sh  # builds the guest kernel the first time (cached in SHAPEJIT_BOCHS_DIR)
   t3=$(date +%s)
 
-  local shards=${SHAPEJIT_BOCHS_SHARDS:-$(nproc)} out=$SHAPEJIT_BOCHS_DIR/stage i
+  local shards=${SHAPEJIT_BOCHS_SHARDS:-$(nproc)} out=$build/bochs-stage i
   [ "$shards" -gt 4 ] && shards=4
   echo "== avx512 battery under Bochs ($shards shard(s) in parallel)"
   rm -rf "$out" && mkdir -p "$out"

@@ -70,6 +70,9 @@ else
   source_dir=$work/clone
 fi
 tests=$source_dir/python/tests
+# ccache (tools/test.sh) rewrites paths under its base directory: this clone's, so that the clone's
+# random place in /tmp does not make every compiler call a miss.
+[ -z "${CCACHE_BASEDIR:-}" ] || export CCACHE_BASEDIR=$source_dir
 new_venv "$work/venv"
 tree_state() { if [ -d "$source_dir/.git" ]; then git -C "$source_dir" status --porcelain; fi; }
 before=$(tree_state)

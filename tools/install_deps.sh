@@ -3,7 +3,7 @@
 # Usage: tools/install_deps.sh [--check] [core|test|bench|cross|all|bochs]
 #   --check: install nothing; print the missing packages, one a line (exit 1 when any is).
 #   core:  build the library, tools and benchmarks;
-#   test:  + emulators and clang (torch, pytest and the other Python packages come from PyPI into a
+#   test:  + emulators, clang and ccache (torch, pytest and the other Python packages come from PyPI into a
 #          venv: tools/python_env.sh);
 #   bench: core + the benchmark peers (oneDNN, OpenBLAS, libxsmm, XNNPACK; ATen comes from the
 #          venv's torch, tools/python_env.sh) and what
@@ -22,7 +22,7 @@ level=${1:-test}
 
 core=(cmake ninja-build g++ pkgconf libasmjit-dev libsleef-dev libtbb-dev doctest-dev
       libbenchmark-dev libcli11-dev)
-test=(qemu-user clang libclang-rt-14-dev)
+test=(qemu-user clang libclang-rt-14-dev ccache)
 bench=(libdnnl-dev ocl-icd-opencl-dev opencl-headers libopenblas-dev libxsmm-dev
        libxnnpack-dev libpthreadpool-dev)
 # The cross build reuses doctest-dev and libcli11-dev (Architecture: all, header-only).

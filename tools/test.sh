@@ -16,6 +16,10 @@
 # generated_code_report.hpp), so a battery skipped for want of an ISA fails the stage instead of
 # passing unseen, and prints which ISAs executed generated code. Each step's time is printed as
 # it ends, and all of them with the total at the end.
+# Caches outside the clone, kept between runs on one machine (each checks its own staleness): ccache
+# for every compiler call (~/.cache/ccache; paths made relative to the clone, so another clone of
+# the same sources hits) and the Bochs guest kernel (~/.cache/shapejit/bochs). Both only save time:
+# a machine without them builds everything, which took ~45 min of the suite's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -136,6 +140,12 @@ hardening_stage() {
 }
 
 timed "install (test packages)" tools/install_deps.sh test
+if command -v ccache >/dev/null; then
+  # CMake (3.17+) takes the launcher from these variables when a build directory is configured.
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-8G}
+  ccache --zero-stats >/dev/null
+fi
 # The Python environment (pip's torch 2.13 and the test packages, pinned): build-venv/.
 timed "install (python venv, tools/python_env.sh)" tools/python_env.sh
 venv_python=$PWD/build-venv/bin/python
@@ -153,4 +163,8 @@ hardening_stage
 
 echo "== times"
 printf '%s\n' "${timings[@]}"
+if command -v ccache >/dev/null; then
+  echo "== ccache (this run)"
+  ccache --show-stats | sed -n '/^Cacheable calls/,/^ *Misses/p' | sed 's/^/   /'
+fi
 echo "== tools/test.sh passed in $(( $(date +%s) - start )) s"

@@ -11,12 +11,14 @@
 # Usage: tools/bochs/prepare.sh [-j JOBS] [-q]
 #   -j JOBS  parallel jobs of the kernel build (default: SHAPEJIT_BOCHS_JOBS, else nproc)
 #   -q       print nothing when everything is already prepared
-# The cache is SHAPEJIT_BOCHS_DIR (default: build/bochs of this checkout). Prints the time of each
+# The cache is SHAPEJIT_BOCHS_DIR (default: ~/.cache/shapejit/bochs, or under XDG_CACHE_HOME: one per
+# machine user, so a new clone or CI run reuses the kernel; the stamp below decides when it is stale,
+# and a lock keeps concurrent runs from building it twice). Prints the time of each
 # step it ran; exits non-zero with the reason when a step fails.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${SHAPEJIT_BOCHS_DIR:-$repo/build/bochs}
+cache=${SHAPEJIT_BOCHS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shapejit/bochs}
 guest=$cache/guest
 jobs=${SHAPEJIT_BOCHS_JOBS:-$(nproc)}
 quiet=0

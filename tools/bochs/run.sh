@@ -27,11 +27,11 @@
 # failed the CPU flag check, or Bochs stopped before the program reported its exit status
 # (each with a message on stderr saying so: never a silent pass).
 # The guest (kernel, busybox, boot loader) is prepared on first use by tools/bochs/prepare.sh and
-# cached in SHAPEJIT_BOCHS_DIR (default build/bochs of this checkout).
+# cached in SHAPEJIT_BOCHS_DIR (default ~/.cache/shapejit/bochs, shared by every checkout).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-cache=${SHAPEJIT_BOCHS_DIR:-$repo/build/bochs}
+cache=${SHAPEJIT_BOCHS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shapejit/bochs}
 guest=$cache/guest
 model=tigerlake required=avx512f,avx512bw,avx512dq,avx512vl
 limit=1800 boot_limit=180 megs=1024 verbose=0 keep=0 stamps=0
