@@ -295,6 +295,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                                                   any(p is not None and p.requires_grad for p in psw))
         try:
             if wants_grad:
+                weights = _aliases_for_gradients(weights)
                 bags = self.embedding_bags._modules
                 sparse = [bool(bags[t].sparse) for t in self._table_names]
                 freq = [bool(bags[t].scale_grad_by_freq) for t in self._table_names]
@@ -370,6 +371,18 @@ class EmbeddingBagCollection(torch.nn.Module):
         spread = [o.index_select(0, inverse_rows[row_of[name]]) for o, name in zip(outs, self._feature_names)]
         return KeyedTensor(keys=self._embedding_names, length_per_key=self._length_per_key,
                            values=torch.cat(spread, dim=1))
+
+
+def _aliases_for_gradients(weights: List[Tensor]) -> List[Tensor]:
+    """The weights with each table read by several entries given as one alias per entry, made
+    in entry order. TorchRec's collection calls one bag per feature, so autograd runs their
+    backwards last feature first and adds a shared table's gradients in that order; the group
+    op's backward returns one gradient per entry, and through aliases autograd adds them in the
+    same order (the most recently made alias runs first), so the sums are TorchRec's bits."""
+    uses: Dict[int, int] = {}
+    for w in weights:
+        uses[id(w)] = uses.get(id(w), 0) + 1
+    return [w.view_as(w) if uses[id(w)] > 1 else w for w in weights]
 
 
 def _table_of(config, rows: Tensor, scale_bias: Optional[Tensor]) -> _Table:
