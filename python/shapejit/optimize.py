@@ -1,8 +1,9 @@
 """shapejit.optimize(model): swaps every supported torch.nn.EmbeddingBag, quantized
-torch.ao.nn.quantized.EmbeddingBag and torch.nn.MultiheadAttention of a model for its shapejit
-module, then groups sibling bag calls into shapejit.EmbeddingBagGroup calls (bag_grouping.py),
+torch.ao.nn.quantized.EmbeddingBag and torch.nn.MultiheadAttention of a model (and TorchRec's
+embedding-bag collections, when the user has imported torchrec) for its shapejit module, then groups sibling bag calls into shapejit.EmbeddingBagGroup calls (bag_grouping.py),
 and reports what it swapped, grouped and left alone, with the reason."""
 import copy
+import sys
 from typing import Dict, List, NamedTuple, Optional
 
 import torch
@@ -94,10 +95,20 @@ def _refusal(module: torch.nn.Module) -> Optional[str]:
     return None  # quantized bags: from_torch names what it refuses
 
 
+def _torchrec_collections() -> tuple:
+    """TorchRec's EmbeddingBagCollection and QuantEBC classes when the user's program has imported
+    torchrec, else (): optimize never imports torchrec itself (it is large and optional)."""
+    if "torchrec" not in sys.modules:
+        return ()
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+    return (EmbeddingBagCollection, QuantEmbeddingBagCollection)
+
+
 def _candidate(module: torch.nn.Module) -> bool:
     """An exact torch type shapejit replaces (subclasses may compute something else)."""
     return type(module) in (torch.nn.EmbeddingBag, torch.nn.MultiheadAttention,
-                            torch.ao.nn.quantized.EmbeddingBag)
+                            torch.ao.nn.quantized.EmbeddingBag) + _torchrec_collections()
 
 
 def _subclass_of_candidate(module: torch.nn.Module) -> bool:
@@ -109,13 +120,19 @@ def _subclass_of_candidate(module: torch.nn.Module) -> bool:
 def _convert(module: torch.nn.Module) -> torch.nn.Module:
     if type(module) is torch.nn.MultiheadAttention:
         return MultiheadAttention.from_torch(module)
+    if type(module) in _torchrec_collections():
+        from .torchrec import EmbeddingBagCollection as Collection  # torchrec is imported already
+        return Collection.from_torchrec(module)
     return EmbeddingBag.from_torch(module)  # float or quantized bags
 
 
 def optimize(model: torch.nn.Module, inplace: bool = False, group_bags: bool = True) -> Optimized:
     """Replaces every supported torch.nn.EmbeddingBag, torch.ao.nn.quantized.EmbeddingBag and
     torch.nn.MultiheadAttention in `model` (recursively, the model itself included) by the
-    shapejit module computing the same results, sharing its parameters.
+    shapejit module computing the same results, sharing its parameters. When the program has
+    imported torchrec, TorchRec's EmbeddingBagCollection and quantized EmbeddingBagCollection
+    are replaced too, by shapejit.torchrec.EmbeddingBagCollection (the float one shares its
+    weights and trains alike; the quantized one holds its tables repacked).
 
     Returns (model, report): with inplace=False (the default) `model` is a deep copy and the
     argument is untouched; with inplace=True the argument itself is changed (its modules swapped)
