@@ -252,3 +252,11 @@ def test_shapejit_import_does_not_import_torchrec():
     code = "import sys, shapejit; print('torchrec' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_missing_torchrec_says_how_to_install():
+    import subprocess
+    code = ("import sys; sys.modules['torchrec'] = None\n"  # an import of torchrec now raises ImportError
+            "try:\n    import shapejit.torchrec\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install torchrec==1.8.0 --no-deps" in out.stdout, out.stdout + out.stderr
