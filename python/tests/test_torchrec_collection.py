@@ -1,6 +1,6 @@
 """shapejit.torchrec.EmbeddingBagCollection against TorchRec 1.8.0 itself: random collections
 (tables, features per table, shared feature names, SUM/MEAN, weighted, f32/fp16 float tables,
-int8/int4/int2/fp16/fp32 QuantEBC tables, float/half output, empty bags, batch 1, int32/int64
+int8/int4/int2/fp16/fp32 QuantEBC tables, float/half/bfloat16 output, empty bags, batch 1, int32/int64
 indices) compared bit for bit; gradients of float tables against TorchRec's EBC; variable-batch
 KJTs; shapejit.optimize on TorchRec's DLRM; bad inputs. Skipped when torchrec is not installed."""
 import random
@@ -55,7 +55,7 @@ def _random_collection(rng: random.Random, quantized: bool):
         tables.append(EmbeddingBagConfig(name="t{}".format(t), embedding_dim=dim, num_embeddings=rng.randint(1, 300),
                                          feature_names=features, pooling=pooling, data_type=dtype))
         types["t{}".format(t)] = dtype
-    output = rng.choice([torch.float32, torch.float16]) if quantized else torch.float32
+    output = rng.choice([torch.float32, torch.float16, torch.bfloat16]) if quantized else torch.float32
     desc = "tables={} weighted={} output={}".format(
         [(c.name, c.embedding_dim, c.num_embeddings, c.feature_names, c.pooling.name, c.data_type.name)
          for c in tables], weighted, output)

@@ -8,11 +8,11 @@ the row's head and pads rows to `row_alignment` bytes; the engine reads torch's 
 (codes, then scale and bias at the tail: f32 for 8-bit, fp16 for 4/2-bit). from_torchrec repacks
 each table once into torch's layout (the fp16 -> f32 widening of 8-bit scales is exact), and the
 collection keeps only the repacked rows. A repack was chosen over a row-layout field in the
-engine's kernel key because it needs no engine change, costs one pass over the table at load
-(measured in docs/torchrec.md: ~0.1 s and no extra resident memory per 100 MB of int8 rows
-once TorchRec's module is dropped) and the repacked rows are never larger (the alignment
-padding goes; 8-bit rows grow by 4 bytes of wider scale and bias, which the padding usually
-covered). fp16 tables of a QuantEBC are widened to f32 once (exact), because the engine's f16
+engine's kernel key because it needs no engine change and costs one pass over the table at
+load (docs/torchrec-collection.md: 2.2 s at one thread for a 10M-row D=64 int8 table, 763 MiB
+of fbgemm_gpu rows becoming 687 MiB of torch rows; both live until TorchRec's module is
+dropped): the alignment padding goes, and 8-bit rows grow by the 4 bytes of wider scale and
+bias, which the padding usually covered. fp16 tables of a QuantEBC are widened to f32 once (exact), because the engine's f16
 tables return f16 sums while fbgemm_gpu returns the f32 sum; fp32 tables are shared as strided
 views of TorchRec's rows.
 
@@ -178,6 +178,9 @@ class EmbeddingBagCollection(torch.nn.Module):
                     feature_names.append(name)
                     table_names.append(config.name)
                     means.append(pooling == PoolingType.MEAN)
+        if qebc.output_dtype() not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError("{}.from_torchrec: the QuantEBC's output_dtype must be float32, float16 or bfloat16, "
+                             "but is {}".format(_WHO, qebc.output_dtype()))
         return cls(bags, qebc.embedding_bag_configs(), qebc.is_weighted(), True, qebc.output_dtype(), feature_names,
                    table_names, list(qebc._embedding_names), list(qebc._length_per_key), means)
 
@@ -325,7 +328,8 @@ class EmbeddingBagCollection(torch.nn.Module):
 
     def _finish_quantized(self, out: Tensor, features: KeyedJaggedTensor, positions: List[int], batch: int) -> Tensor:
         """fbgemm_gpu's mean (the sum times 1/length in f32, empty bags left 0) on the mean
-        entries, then the QuantEBC's output dtype (rounded once from f32, as fbgemm_gpu does)."""
+        entries, then the QuantEBC's output dtype (rounded once from f32, as fbgemm_gpu does:
+        to nearest even for float16, half-up for bfloat16)."""
         if any(self._means) and batch > 0:
             lengths = features.lengths().view(-1, batch)
             wanted = [p for p, mean in zip(positions, self._means) if mean]
@@ -336,6 +340,8 @@ class EmbeddingBagCollection(torch.nn.Module):
                     c0, c1 = self._columns[k]
                     out[:, c0:c1].mul_(recip[j].unsqueeze(1))
                     j += 1
+        if self._output_dtype == torch.bfloat16:
+            return _bfloat16_half_up(out)
         return out if self._output_dtype == torch.float32 else out.to(self._output_dtype)
 
     def _forward_variable_batch(self, features: KeyedJaggedTensor, positions: List[int], values: Tensor,
@@ -371,6 +377,12 @@ class EmbeddingBagCollection(torch.nn.Module):
         spread = [o.index_select(0, inverse_rows[row_of[name]]) for o, name in zip(outs, self._feature_names)]
         return KeyedTensor(keys=self._embedding_names, length_per_key=self._length_per_key,
                            values=torch.cat(spread, dim=1))
+
+
+def _bfloat16_half_up(x: Tensor) -> Tensor:
+    """f32 -> bfloat16 as fbgemm_gpu's CPU kernel rounds its bf16 output: half-up (add 0x8000 to
+    the bits, keep the high 16), not torch's round-to-nearest-even."""
+    return ((x.view(torch.int32) + 0x8000) >> 16).to(torch.int16).view(torch.bfloat16)
 
 
 def _aliases_for_gradients(weights: List[Tensor]) -> List[Tensor]:
