@@ -34,7 +34,6 @@ def _random_collection(rng: random.Random, quantized: bool):
     tables, types = [], {}
     names_used = []
     for t in range(n_tables):
-        dim = rng.choice([8, 16, 24, 64])
         count = rng.randint(1, 3)
         features = []
         for _ in range(count):
@@ -52,6 +51,8 @@ def _random_collection(rng: random.Random, quantized: bool):
             dtype = rng.choice([DataType.INT8, DataType.INT4, DataType.INT2, DataType.FP16, DataType.FP32])
         else:
             dtype = DataType.FP32 if weighted else rng.choice([DataType.FP32, DataType.FP32, DataType.FP16])
+        # fbgemm_gpu wants whole, even byte counts of codes: D % 8 for int2, D % 4 for int4, even for int8
+        dim = rng.choice({DataType.INT2: [8, 16, 64], DataType.INT4: [4, 12, 64]}.get(dtype, [2, 6, 10, 16, 64]))
         tables.append(EmbeddingBagConfig(name="t{}".format(t), embedding_dim=dim, num_embeddings=rng.randint(1, 300),
                                          feature_names=features, pooling=pooling, data_type=dtype))
         types["t{}".format(t)] = dtype
