@@ -101,7 +101,10 @@ def _torchrec_collections() -> tuple:
     if "torchrec" not in sys.modules:
         return ()
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
-    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+    try:  # the quantized collection also needs fbgemm_gpu's inference modules
+        from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+    except ImportError:
+        return (EmbeddingBagCollection,)
     return (EmbeddingBagCollection, QuantEmbeddingBagCollection)
 
 
