@@ -129,6 +129,23 @@ def test_float_weights_are_shared_and_state_dict_loads():
     assert torch.equal(ebc.embedding_bags["t0"].weight, other.embedding_bags["t0"].weight)
 
 
+def test_quantized_collection_loads_torchrec_state_dict(seed):
+    """A QuantEBC's state_dict (fbgemm_gpu's rows) loads into the collection made from another
+    QuantEBC of the same tables, which then computes what the first one does."""
+    torch.manual_seed(seed)
+    types = {"t0": DataType.INT8, "t1": DataType.INT4, "t2": DataType.INT2, "t3": DataType.FP16, "t4": DataType.FP32}
+    tables = [EmbeddingBagConfig(name=name, embedding_dim=16, num_embeddings=30, feature_names=["f" + name])
+              for name in types]
+    source = _quantize(TorchRecEBC(tables=tables), types, torch.float32)
+    ours = sjt.EmbeddingBagCollection.from_torchrec(_quantize(TorchRecEBC(tables=tables), types, torch.float32))
+    ours.load_state_dict(source.state_dict())
+    kjt, kdesc = _random_kjt(random.Random(seed), torch.Generator().manual_seed(seed), tables, False)
+    _assert_same_keyed(ours(kjt), source(kjt), "after loading a QuantEBC state_dict: " + kdesc)
+    again = sjt.EmbeddingBagCollection.from_torchrec(_quantize(TorchRecEBC(tables=tables), types, torch.float32))
+    again.load_state_dict(ours.state_dict())  # its own keys
+    _assert_same_keyed(again(kjt), source(kjt), "after loading its own state_dict: " + kdesc)
+
+
 def test_gradients_equal_torchrec(seed):
     """Float tables (shared by up to three features, SUM and MEAN, weighted or not): the weights'
     gradients (and the KJT weights') are TorchRec's, bit for bit."""

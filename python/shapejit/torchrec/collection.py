@@ -63,15 +63,39 @@ def repack_fbgemm_rows(codes: Tensor, scale_bias: Tensor, bits: int, chunk_rows:
 
 class _Table(torch.nn.Module):
     """One table of a quantized collection as the engine reads it: `packed_weight` (torch's
-    prepack rows, bits 8/4/2) or `weight` (f32 rows, bits 0)."""
+    prepack rows, bits 8/4/2) or `weight` (f32 rows, bits 0, from an FP16 or FP32 table).
+    load_state_dict also takes TorchRec's QuantEBC entry for the table (`weight`: fbgemm_gpu's
+    padded rows, scale and bias at the head) and converts it as from_torchrec does."""
 
-    def __init__(self, rows: Tensor, bits: int, dim: int):
+    def __init__(self, rows: Tensor, bits: int, dim: int, data_type: DataType):
         super().__init__()
-        self.bits, self.dim = bits, dim
+        self.bits, self.dim, self.data_type = bits, dim, data_type
         self.register_buffer("packed_weight" if bits else "weight", rows)
 
     def rows(self) -> Tensor:
         return self._buffers["packed_weight" if self.bits else "weight"]
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + "weight"
+        given = state_dict.get(key)
+        if given is not None and given.dtype == torch.uint8:  # TorchRec's rows (ours are f32 or packed_weight)
+            if prefix + "weight_qscale" in state_dict:
+                error_msgs.append("{}: {} comes with weight_qscale / weight_qbias (TorchRec's "
+                                  "quant_state_dict_split_scale_bias), which shapejit does not load".format(_WHO, key))
+                return
+            raw = getattr(given, "elem", given)  # UInt4Tensor / UInt2Tensor wrap the bytes
+            del state_dict[key]
+            if self.bits:
+                code_bytes = self.dim * self.bits // 8
+                state_dict[prefix + "packed_weight"] = repack_fbgemm_rows(raw[:, 4:4 + code_bytes], raw[:, :4],
+                                                                          self.bits)
+            elif self.data_type == DataType.FP16:
+                state_dict[key] = raw.view(torch.float16)[:, :self.dim].float()
+            else:
+                state_dict[key] = raw.view(torch.float32)[:, :self.dim]
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def extra_repr(self) -> str:
         return "rows={}, dim={}, bits={}".format(self.rows().shape[0], self.dim, self.bits)
@@ -90,7 +114,8 @@ class EmbeddingBagCollection(torch.nn.Module):
     TorchRec's float collection allows. Quantized collections hold their tables repacked
     (module docstring) in `embedding_bags.<table>.packed_weight` (int8/int4/int2) or
     `embedding_bags.<table>.weight` (fp16 widened to f32, fp32) and are inference only; their
-    output dtype is the QuantEBC's (float32, float16 or bfloat16)."""
+    output dtype is the QuantEBC's (float32, float16 or bfloat16). load_state_dict takes either
+    their own state_dict or a TorchRec QuantEBC's of the same tables (converted on loading)."""
 
     def __init__(self, embedding_bags: torch.nn.ModuleDict, configs, is_weighted: bool, quantized: bool,
                  output_dtype: torch.dtype, feature_names: List[str], table_names: List[str],
@@ -410,7 +435,7 @@ def _table_of(config, rows: Tensor, scale_bias: Optional[Tensor]) -> _Table:
             raise ValueError("{}.from_torchrec: table '{}' ({}, dim {}) must fill whole bytes with its codes "
                              "({} a byte), but its rows hold {} code bytes".format(
                                  _WHO, config.name, config.data_type, dim, per_byte, rows.shape[1]))
-        return _Table(repack_fbgemm_rows(rows, scale_bias, bits), bits, dim)
+        return _Table(repack_fbgemm_rows(rows, scale_bias, bits), bits, dim, config.data_type)
     if config.data_type == DataType.FP16:
         table = rows.view(torch.float16)[:, :dim].float()  # widened once: fbgemm_gpu sums fp16 rows in f32
     elif config.data_type == DataType.FP32:
@@ -418,4 +443,4 @@ def _table_of(config, rows: Tensor, scale_bias: Optional[Tensor]) -> _Table:
     else:
         raise ValueError("{}.from_torchrec: table '{}' has data_type {}, shapejit takes INT8, INT4, INT2, FP16 and "
                          "FP32 tables".format(_WHO, config.name, config.data_type))
-    return _Table(table, 0, dim)
+    return _Table(table, 0, dim, config.data_type)
