@@ -265,6 +265,54 @@ def test_optimize_swaps_the_collection_in_dlrm(seed, quantized):
         assert_same_tensor(fast(dense, kjt), model(dense, kjt), "DLRM output")
 
 
+def test_dlrm_trains_like_torchrec(seed):
+    """Three SGD steps of TorchRec's DLRM (train mode) and of its optimize()d copy leave every
+    parameter with the same bits."""
+    import copy
+    model = _dlrm(seed, False).train()
+    twin = copy.deepcopy(model)
+    fast, report = shapejit.optimize(twin, inplace=True)
+    assert isinstance(fast.sparse_arch.embedding_bag_collection, sjt.EmbeddingBagCollection), str(report)
+    gen = torch.Generator().manual_seed(seed)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, fast)]
+    for step in range(3):
+        lengths = torch.randint(0, 4, (3 * 6,), generator=gen)
+        kjt = KeyedJaggedTensor(keys=["f0", "f1", "f2"], lengths=lengths,
+                                values=torch.randint(0, 50, (int(lengths.sum()),), generator=gen))
+        dense = torch.randn(6, 4, generator=gen)
+        target = torch.rand(6, 1, generator=gen)
+        for m, opt in zip((model, fast), optimizers):
+            opt.zero_grad()
+            torch.nn.functional.binary_cross_entropy_with_logits(m(dense, kjt), target).backward()
+            opt.step()
+    ours = dict(fast.named_parameters())
+    for name, p in model.named_parameters():
+        assert_same_tensor(ours[name].detach(), p.detach(), "seed {}: {} after 3 SGD steps".format(seed, name))
+
+
+def test_fp16_and_mixed_tables_gradients(seed):
+    """fp16 tables beside f32 ones (TorchRec returns their outputs as float32): gradients are
+    TorchRec's, in each table's dtype."""
+    torch.manual_seed(seed)
+    tables = [EmbeddingBagConfig(name="h", embedding_dim=8, num_embeddings=20, feature_names=["a", "b"],
+                                 data_type=DataType.FP16),
+              EmbeddingBagConfig(name="s", embedding_dim=16, num_embeddings=20, feature_names=["c"],
+                                 pooling=PoolingType.MEAN)]
+    ebc = TorchRecEBC(tables=tables)
+    twin = TorchRecEBC(tables=tables)
+    twin.load_state_dict(ebc.state_dict())
+    ours = sjt.EmbeddingBagCollection.from_torchrec(twin)
+    kjt, kdesc = _random_kjt(random.Random(seed), torch.Generator().manual_seed(seed), tables, False)
+    grad_out = None
+    for model in (ebc, ours):
+        out = model(kjt).values()
+        grad_out = torch.randn(out.shape) if grad_out is None else grad_out
+        (out * grad_out).sum().backward()
+    for name in ("h", "s"):
+        assert_same_tensor(ours.embedding_bags[name].weight.grad, ebc.embedding_bags[name].weight.grad,
+                           "seed {} {}: grad of {}".format(seed, kdesc, name))
+
+
 def test_shapejit_import_does_not_import_torchrec():
     import subprocess
     code = "import sys, shapejit; print('torchrec' in sys.modules)"
