@@ -7,8 +7,8 @@
     qbag = shapejit.EmbeddingBag.from_torch(quantized_module)        # torch.ao.nn.quantized.EmbeddingBag
     packed = shapejit.quantized.embedding_bag_4bit_prepack(weight)   # torch's packed rows
     proj = shapejit.in_projection(mha)                               # an nn.MultiheadAttention
-    import shapejit.torchrec                                         # TorchRec's collections (optional, imports torchrec)
     q, k, v = proj(query, key, value)                                # each [Nb, H, L, Dh]
+    import shapejit.torchrec                                         # TorchRec's collections (optional, imports torchrec)
 
 Everything runs on CPU tensors: f32, f16 and bf16 tables, and rowwise-quantized 8/4/2-bit tables
 (shapejit.quantized); linear groups take f32. Float bags and linear groups are differentiable
