@@ -201,6 +201,15 @@ def test_variable_batch_kjt():
     kjt = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, stride_per_key_per_rank=[[s] for s in strides],
                             inverse_indices=(keys, inverse))
     _assert_same_keyed(ours(kjt), ebc(kjt), "variable-batch KJT")
+    twin = TorchRecEBC(tables=tables)
+    twin.load_state_dict(ebc.state_dict())
+    twin_ours = sjt.EmbeddingBagCollection.from_torchrec(twin)
+    grad_out = torch.randn(4, 32)
+    for model in (ebc, twin_ours):
+        (model(kjt).values() * grad_out).sum().backward()
+    for name in ("t0", "t1"):
+        assert_same_tensor(twin.embedding_bags[name].weight.grad, ebc.embedding_bags[name].weight.grad,
+                           "variable-batch KJT: grad of " + name)
     no_inverse = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths,
                                    stride_per_key_per_rank=[[s] for s in strides])
     with pytest.raises(ValueError, match="without inverse_indices"):
