@@ -12,9 +12,10 @@ engine's kernel key because it needs no engine change and costs one pass over th
 load (docs/torchrec-collection.md: 2.2 s at one thread for a 10M-row D=64 int8 table, 763 MiB
 of fbgemm_gpu rows becoming 687 MiB of torch rows; both live until TorchRec's module is
 dropped): the alignment padding goes, and 8-bit rows grow by the 4 bytes of wider scale and
-bias, which the padding usually covered. fp16 tables of a QuantEBC are widened to f32 once (exact), because the engine's f16
-tables return f16 sums while fbgemm_gpu returns the f32 sum; fp32 tables are shared as strided
-views of TorchRec's rows.
+bias, which the padding usually covered. fp16 tables of a QuantEBC are widened to f32 once
+(exact), because the engine's f16 tables return f16 sums while fbgemm_gpu returns the f32 sum;
+fp32 tables are shared as strided views of TorchRec's rows. fbgemm_gpu's bf16 output rounds
+half-up, which the collection reproduces.
 
 fbgemm_gpu's mean pooling multiplies the sum by 1/length (FBGEMM's normalize_by_lengths); the
 engine's quantized mean divides. For a QuantEBC the collection therefore asks the engine for sums
@@ -187,7 +188,8 @@ class EmbeddingBagCollection(torch.nn.Module):
             if pooling not in (PoolingType.SUM, PoolingType.MEAN):
                 raise ValueError("{}.from_torchrec: tables {} have pooling {}, shapejit takes SUM or MEAN".format(
                     _WHO, [t.name for t in tables], pooling))
-            if getattr(emb_module, "index_remappings", None) and any(r is not None for r in emb_module.index_remappings):
+            remappings = getattr(emb_module, "index_remappings", None) or []
+            if any(r is not None for r in remappings):
                 raise ValueError("{}.from_torchrec: tables {} are pruned (index remapping), which shapejit does not "
                                  "support".format(_WHO, [t.name for t in tables]))
             weights = emb_module.split_embedding_weights()
