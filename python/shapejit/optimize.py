@@ -1,7 +1,8 @@
 """shapejit.optimize(model): swaps every supported torch.nn.EmbeddingBag, quantized
 torch.ao.nn.quantized.EmbeddingBag and torch.nn.MultiheadAttention of a model (and TorchRec's
 embedding-bag collections, when the user has imported torchrec) for its shapejit module, then
-groups sibling bag calls into shapejit.EmbeddingBagGroup calls (bag_grouping.py), and reports what it swapped, grouped and left alone, with the reason."""
+groups sibling bag calls into shapejit.EmbeddingBagGroup calls (bag_grouping.py), and reports
+what it swapped, grouped and left alone, with the reason."""
 import copy
 import sys
 from typing import Dict, List, NamedTuple, Optional
