@@ -27,8 +27,9 @@ def test_readme_has_python_samples():
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
 def test_readme_sample_runs(sample):
     # The TorchRec samples need the optional torchrec (README, "TorchRec"), which a venv may lack.
-    if re.search(r"^(import|from) torchrec\b", sample.code, re.M) and importlib.util.find_spec("torchrec") is None:
-        pytest.skip("sample {} needs torchrec, which is not installed".format(sample.name))
+    if re.search(r"^(import|from) torchrec\b", sample.code, re.M):
+        pytest.importorskip("torchrec", reason="sample {} needs torchrec, which is not importable".format(sample.name),
+                            exc_type=ImportError)
     # Padding with blank lines makes a traceback's line number the README's.
     code = compile("\n" * (sample.line - 1) + sample.code, README, "exec")
     exec(code, {"__name__": "readme_sample_" + sample.name.replace("-", "_")})

@@ -12,7 +12,8 @@ import torch
 from helpers import assert_same_tensor, replay
 
 torchrec = pytest.importorskip(
-    "torchrec", reason="torchrec is not installed (pip install torchrec==1.8.0 --no-deps, README 'TorchRec')")
+    "torchrec", reason="torchrec is not importable (pip install torchrec==1.8.0 --no-deps, README 'TorchRec')",
+    exc_type=ImportError)
 
 from torch.ao.quantization import PlaceholderObserver  # noqa: E402
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType, QuantConfig  # noqa: E402
