@@ -76,14 +76,15 @@ def _random_kjt(rng: random.Random, gen: torch.Generator, tables, weighted: bool
     rng.shuffle(keys)
     batch = 1 if rng.random() < 0.25 else rng.randint(2, 7)
     index_dtype = rng.choice([torch.int32, torch.int64])
+    lengths_dtype = index_dtype if rng.random() < 0.7 else rng.choice([torch.int32, torch.int64])
     lengths = torch.randint(0, 6, (len(keys) * batch,), generator=gen)
     lengths[torch.rand(lengths.shape, generator=gen) < 0.2] = 0
     values = torch.cat([torch.randint(0, rows[k], (int(n),), generator=gen)
                         for k_i, k in enumerate(keys) for n in lengths[k_i * batch:(k_i + 1) * batch]]
                        + [torch.zeros(0, dtype=torch.int64)])
     w = torch.rand(values.numel(), generator=gen) if weighted else None
-    kjt = KeyedJaggedTensor(keys=keys, values=values.to(index_dtype), lengths=lengths.to(index_dtype), weights=w)
-    return kjt, "keys={} batch={} index_dtype={}".format(keys, batch, index_dtype)
+    kjt = KeyedJaggedTensor(keys=keys, values=values.to(index_dtype), lengths=lengths.to(lengths_dtype), weights=w)
+    return kjt, "keys={} batch={} values {} lengths {}".format(keys, batch, index_dtype, lengths_dtype)
 
 
 def _quantize(ebc, types, output):
