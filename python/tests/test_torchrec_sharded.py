@@ -26,17 +26,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(check):
-    """Runs the worker's `check` on WORLD ranks; returns every rank's output, or fails with it."""
+def run_ranks(check, world=WORLD):
+    """Runs the worker's `check` on `world` ranks; returns every rank's output, or fails with it."""
     env = dict(os.environ)
     package_dir = str(Path(__import__("shapejit").__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_dir, env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     port = _free_port()
-    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(WORLD)]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(WORLD), str(port), check],
+    logs = [tempfile.TemporaryFile(mode="w+") for _ in range(world)]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(rank), str(world), str(port), check],
                               stdout=logs[rank], stderr=subprocess.STDOUT, env=env, cwd=tempfile.gettempdir())
-             for rank in range(WORLD)]
+             for rank in range(world)]
     deadline = time.monotonic() + TIMEOUT_S
     failed = None
     for rank, proc in enumerate(procs):
@@ -70,7 +70,7 @@ def _tail(text, lines=60):
 
 
 def _reports(outputs, word):
-    return [line for o in outputs for line in o.splitlines() if line.startswith("[rank") and word in line]
+    return [line for o in outputs for line in o.splitlines() if line.startswith("[") and word in line]
 
 
 def test_training_table_row_and_column_wise_matches_torchrec():
@@ -82,3 +82,16 @@ def test_training_table_row_and_column_wise_matches_torchrec():
     done = _reports(outputs, "fused SGD steps: shards == TorchRec's (bitwise)")
     assert len(done) == 4 * WORLD, "\n".join(_tail(o) for o in outputs)
     assert all("[rank {}] ok".format(r) in o for r, o in enumerate(outputs))
+
+
+def test_inference_sharding_of_quantized_collection_matches_torchrec():
+    """TorchRec's inference sharding (shard_quant_model, one process holding both ranks' shards on
+    CPU) of int8 and int4 QuantEmbeddingBagCollections, table-, row- and column-wise, sum
+    (weighted and not) and mean: shapejit's lookups bitwise TorchRec's on the same shards, and
+    bitwise (or, for row-wise weighted sums, within 3e-8) the unsharded collection where TorchRec's
+    own sharded output is the unsharded one (the worker says where it is not, and why)."""
+    outputs = run_ranks("infer", world=1)
+    done = _reports(outputs, "== TorchRec sharded (bitwise)")
+    assert len(done) == 2 * 3 * 3, outputs[0][-3000:]
+    assert "[infer] ok" in outputs[0]
+    assert sum("vs unsharded: bitwise" in line for line in done) >= 8, "\n".join(done)

@@ -235,6 +235,8 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
         if worst > 1e-5:
             raise AssertionError("{} after {} steps: the sharded weights differ from the unsharded collection trained "
                                  "by SGD by up to {}".format(what, steps, worst))
+        if any(m.served_forwards < steps for m in swapped):
+            raise AssertionError("{}: a swapped TBE computed fewer than {} forwards".format(what, steps))
         if sum(m.fallback_forwards for m in swapped):
             raise AssertionError("{}: {} forwards fell back to fbgemm".format(what, sum(m.fallback_forwards
                                                                                      for m in swapped)))
@@ -242,8 +244,170 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
              "vs unsharded SGD: max |diff| {:.3g}".format(worst))
 
 
+# ---- inference ----------------------------------------------------------------------------------
+
+def quantized_model(pooling, dtype, tables, weighted):
+    """An unsharded QuantEmbeddingBagCollection (TorchRec's quantize_dynamic recipe) of a float
+    collection with random weights, inside a module (TorchRec's sharders shard submodules)."""
+    import torchrec
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEmbeddingBagCollection
+
+    class Model(torch.nn.Module):
+        def __init__(self, ebc):
+            super().__init__()
+            self.ebc = ebc
+
+        def forward(self, kjt):
+            return self.ebc(kjt)
+
+    model = Model(torchrec.EmbeddingBagCollection(tables=table_configs(pooling, tables), is_weighted=weighted))
+    qconfig = torch.ao.quantization.QConfig(
+        activation=torch.ao.quantization.PlaceholderObserver.with_args(dtype=torch.float),
+        weight=torch.ao.quantization.PlaceholderObserver.with_args(dtype=dtype))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notice
+        return torch.ao.quantization.quantize_dynamic(
+            model, qconfig_spec={torchrec.EmbeddingBagCollection: qconfig},
+            mapping={torchrec.EmbeddingBagCollection: QuantEmbeddingBagCollection}, inplace=False)
+
+
+def copy_quantized_weights(sharded, unsharded, bits):
+    """The unsharded QuantEmbeddingBagCollection's rows (fbgemm's IntNBit rows: fp16 scale and bias
+    at the head, then the codes, padded) into the sharded model's state_dict tensors: weight
+    (codes), weight_qscale and weight_qbias, table-, row- or column-wise shards."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+    full = unsharded.state_dict()
+    state = sharded.state_dict()
+    copied = 0
+    for name, tensor in state.items():
+        if ".embedding_bags." not in name:
+            continue
+        table_key = name.rsplit(".", 1)[0] + ".weight"
+        row = full[table_key]
+        row = getattr(row, "elem", row)  # int4 rows come as torch.ao's UInt4Tensor over the bytes
+        name_of_table = table_key.split(".")[-2]
+        dim = [t[2] for t in TABLES if t[0] == name_of_table][0]
+        codes = row[:, 4:4 + dim * bits // 8]
+        scale_bias = row[:, :4].contiguous().view(torch.float16)
+        source = codes if name.endswith(".weight") else scale_bias[:, :1] if name.endswith("qscale") else scale_bias[:, 1:]
+        shards = tensor.local_shards() if isinstance(tensor, ShardedTensor) else None
+        if shards is None:
+            getattr(tensor, "elem", tensor).copy_(source)
+            copied += 1
+            continue
+        # column shards in column order, each starting where the one before ended, in bytes of
+        # codes (TorchRec 1.8.0's inference state_dict gives the second 8-column shard of a
+        # 16-column table the column offset 16)
+        begin = {}
+        for shard in sorted(shards, key=lambda s: tuple(s.metadata.shard_offsets)):
+            r = shard.metadata.shard_offsets[0]
+            target = getattr(shard.tensor, "elem", shard.tensor)  # the bytes of torchrec's UInt4Tensor
+            rows, width = target.shape
+            if name.endswith(".weight"):
+                c = begin.get(r, 0)
+                begin[r] = c + width
+                target.copy_(source[r:r + rows, c:c + width])
+            else:
+                target.copy_(source[r:r + rows])
+            copied += 1
+    if copied == 0:
+        raise AssertionError("no quantized table in the sharded state_dict: {}".format(list(state)))
+
+
+def check_infer(batch=6):
+    """TorchRec's inference sharding (shard_quant_model: one process, the shards of 2 ranks on
+    CPU) of a QuantEmbeddingBagCollection, table-, row- and column-wise, int8 and int4: outputs
+    with shapejit's lookups bitwise TorchRec's on the same shards and the unsharded collection's."""
+    import copy
+    import torchrec
+    from shapejit.torchrec import sharding
+    from torchrec.distributed.embedding_types import EmbeddingComputeKernel
+    from torchrec.distributed.global_settings import set_propogate_device
+    from torchrec.distributed.planner import ParameterConstraints
+    from torchrec.inference.modules import shard_quant_model
+    # Without it TorchRec 1.8.0 places the inference shards on "cuda:<rank>" whatever the
+    # compute device ("AssertionError: Torch not compiled with CUDA enabled" on a CPU build)
+    set_propogate_device(True)
+    quant = EmbeddingComputeKernel.QUANT.value
+    gen = torch.Generator().manual_seed(7)
+    for dtype, bits in ((torch.qint8, 8), (torch.quint4x2, 4)):
+        for pooling, weighted in ((torchrec.PoolingType.SUM, False), (torchrec.PoolingType.SUM, True),
+                                  (torchrec.PoolingType.MEAN, False)):
+            for sharding_type in SHARDING_TYPES_INFER:
+                # column-wise: the tables of 2 or more 8-column shards (TorchRec's inference planner
+                # gives a table of 8 or fewer columns two shards of its full width)
+                tables = tuple((n, r, d, f, sharding_type) for n, r, d, f, _ in TABLES
+                               if sharding_type != "column_wise" or d >= 16)
+                torch.manual_seed(3)
+                unsharded = quantized_model(pooling, dtype, tables, weighted)
+                cons = {}
+                for name, _, dim, _, _ in tables:
+                    extra = {"min_partition": 8} if sharding_type == "column_wise" else {}
+                    cons[name] = ParameterConstraints(sharding_types=[sharding_type], compute_kernels=[quant], **extra)
+                models = {}
+                for label in ("torchrec", "shapejit"):
+                    model, plan = shard_quant_model(copy.deepcopy(unsharded), world_size=WORLD_INFER, compute_device="cpu",
+                                                 sharding_device="cpu", constraints=cons)
+                    if sharding_type != "column_wise":
+                        copy_quantized_weights(model, unsharded, bits)
+                    models[label] = model
+                if sharding_type == "column_wise":
+                    # TorchRec 1.8.0 shards a quantized table's padded byte row (16 columns int8:
+                    # 4 + 16 bytes padded to 32) into column shards: its output has 32 columns
+                    # where the unsharded one has 16. Only the two sharded models are compared
+                    # (TorchRec's random initial rows, the same in both: the second is a copy).
+                    models["shapejit"].load_state_dict(models["torchrec"].state_dict())
+                swapped = sharding.swap_lookups(models["shapejit"])
+                served = [m for m in sharding._all_modules(models["shapejit"])
+                          if isinstance(m, sharding.ShapejitIntNBitTableBags)]
+                if swapped == 0 or len(served) != swapped:
+                    raise AssertionError("{} TBEs swapped, {} shapejit TBEs found".format(swapped, len(served)))
+                keys = [f for _, _, _, feats, _ in tables for f in feats]
+                what = "int{} {} weighted={} {}".format(bits, pooling.name, weighted, sharding_type)
+                for _ in range(3):
+                    kjt = features(batch, gen, weighted, tables)
+                    with torch.no_grad():
+                        want = in_key_order(unsharded(kjt), keys)
+                        ref = in_key_order(models["torchrec"](kjt), keys)
+                        got = in_key_order(models["shapejit"](kjt), keys)
+                    if not torch.equal(got, ref):
+                        raise AssertionError("{}: shapejit's sharded output differs from TorchRec's on the same "
+                                             "shards by up to {}".format(what, (got - ref).abs().max().item()))
+                    if sharding_type == "column_wise":
+                        diff = "not compared: TorchRec's output has {} columns, the unsharded {}".format(
+                            got.size(1), want.size(1))
+                        continue
+                    if sharding_type == "row_wise" and pooling == torchrec.PoolingType.MEAN:
+                        # TorchRec 1.8.0 builds the quantized row-wise lookups without the sharding
+                        # type (InferGroupedPooledEmbeddingsLookup -> QuantBatchedEmbeddingBag), so
+                        # each shard pools MEAN over its own rows and the shards' outputs are then
+                        # summed: not the unsharded mean. Both sharded models agree (checked above).
+                        diff = "not compared: TorchRec's row-wise MEAN differs from the unsharded by {:.3g}".format(
+                            (got - want).abs().max().item())
+                        continue
+                    diff = (got - want).abs().max().item()
+                    if not torch.allclose(got, want, rtol=1e-5, atol=1e-5):
+                        raise AssertionError("{}: the sharded output differs from the unsharded collection by up to "
+                                             "{}".format(what, diff))
+                if any(m.served_forwards == 0 for m in served):
+                    raise AssertionError("{}: a swapped TBE computed no forward".format(what))
+                print("[infer] {}: {} TBEs swapped; == TorchRec sharded (bitwise); vs unsharded: {}".format(
+                    what, swapped, diff if isinstance(diff, str) else "bitwise" if diff == 0.0 else
+                    "max |diff| {:.3g}".format(diff)), flush=True)
+
+
+WORLD_INFER = 2
+SHARDING_TYPES_INFER = os.environ.get("INFER_TYPES", "table_wise,row_wise,column_wise").split(",")
+
+
 def main():
     rank, world, port, check = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if check == "infer":  # TorchRec's inference sharding is one process holding every rank's shards
+        torch.set_num_threads(1)
+        check_infer()
+        print("[infer] ok", flush=True)
+        return
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)

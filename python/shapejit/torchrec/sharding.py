@@ -38,11 +38,13 @@ from torch import Tensor
 import shapejit  # noqa: F401  (loads the operators)
 from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+from fbgemm_gpu.split_table_batched_embeddings_ops_inference import IntNBitTableBatchedEmbeddingBagsCodegen
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import (DenseTableBatchedEmbeddingBagsCodegen,
                                                                      SplitTableBatchedEmbeddingBagsCodegen)
 from fbgemm_gpu.tbe.config.embedding_config import PoolingMode
 from torchrec.distributed.batched_embedding_kernel import BatchedDenseEmbeddingBag, BatchedFusedEmbeddingBag
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.quant_embedding_kernel import QuantBatchedEmbeddingBag
 from torchrec.distributed.types import ShardingType
 
 _CONCAT = torch.ops.shapejit.table_bags_concat
@@ -108,16 +110,20 @@ def _bags(tables: List[Tensor], feature_tables: List[int], modes: List[int], ind
         out = _CONCAT_OUTPUT(weights, bits, idx, offs, sums, psw, last, padding, maps)
     if not any(mean):
         return out
-    scales, begin = [], 0
-    for f in range(n):
-        dim = weights[f].size(1)
-        if mean[f]:
-            lengths = (offs[f][1:] - offs[f][:-1]).float()
+    return _mean_scale(out, offs, [w.size(1) for w in weights], mean)
+
+
+def _mean_scale(out: Tensor, offsets: List[Tensor], dims: List[int], mean: Optional[List[bool]] = None) -> Tensor:
+    """Sums [B, sum of dims] made fbgemm's means: each mean feature's columns times the f32
+    reciprocal of its bag's length (empty bags stay 0)."""
+    scales = []
+    for f, dim in enumerate(dims):
+        if mean is None or mean[f]:
+            lengths = (offsets[f][1:] - offsets[f][:-1]).float()
             scale = torch.where(lengths > 0, 1.0 / lengths.clamp(min=1.0), torch.zeros_like(lengths))
             scales.append(scale.unsqueeze(1).expand(-1, dim))
         else:
             scales.append(torch.ones(out.size(0), dim))
-        begin += dim
     return out * torch.cat(scales, dim=1)
 
 
@@ -127,6 +133,7 @@ def _adopt(cls, tbe, feature_table_map: List[int]):
     module.__dict__.update(tbe.__dict__)  # the same parameters, buffers, optimizer state and settings
     module._shapejit_feature_tables = list(feature_table_map)
     module._shapejit_modes = [_POOLING_TO_MODE[tbe.pooling_mode]] * len(feature_table_map)
+    module.served_forwards = 0  # forwards shapejit computed (tests and benchmarks read it)
     return module
 
 
@@ -155,6 +162,7 @@ class ShapejitDenseTableBags(DenseTableBatchedEmbeddingBagsCodegen):
         for t, (rows, dim) in enumerate(self.embedding_specs):
             begin = self.weights_physical_offsets[t]
             tables.append(self.weights[begin:begin + rows * dim].view(rows, dim))  # autograd attached
+        self.served_forwards += 1
         with_grad = torch.is_grad_enabled() and (self.weights.requires_grad or (
             per_sample_weights is not None and per_sample_weights.requires_grad))
         return _bags(tables, self._shapejit_feature_tables, self._shapejit_modes, indices, offsets,
@@ -217,6 +225,7 @@ class ShapejitFusedTableBags(SplitTableBatchedEmbeddingBagsCodegen):
         if training and self.optimizer != EmbOptimType.EXACT_SGD:
             self.fallback_forwards += 1
             return super().forward(indices, offsets, per_sample_weights, feature_requires_grad)
+        self.served_forwards += 1
         output = _bags(self.split_embedding_weights(), self._shapejit_feature_tables, self._shapejit_modes, indices,
                        offsets, per_sample_weights, False, "ShapejitFusedTableBags")
         if not training:
@@ -240,6 +249,84 @@ class ShapejitFusedTableBags(SplitTableBatchedEmbeddingBagsCodegen):
                                                      offsets64, psw, pooling)
 
 
+_NBIT_BITS = {SparseType.INT8: 8, SparseType.INT4: 4, SparseType.INT2: 2}
+_OUTPUT_DTYPES = {SparseType.FP32.as_int(): torch.float32, SparseType.FP16.as_int(): torch.float16}
+
+
+def torch_rows_from_fbgemm(codes: Tensor, scale_bias: Tensor, bits: int) -> Tensor:
+    """One table of fbgemm's IntNBit rows (codes, and the fp16 scale and bias fbgemm stores at the
+    row's head: split_embedding_weights() gives both) as the rows torch's
+    embedding_bag_{byte,4bit,2bit}_prepack writes and the engine reads: the codes, then scale and
+    bias, float32 for 8 bits (fp16 -> f32 is exact) and fp16 for 4 and 2 bits; the codes' byte
+    and nibble order is the same in both layouts. A copy: fbgemm's storage is not changed."""
+    if bits not in (8, 4, 2):
+        raise ValueError("torch_rows_from_fbgemm: bits must be 8, 4 or 2, but is {}".format(bits))
+    rows = codes.size(0)
+    if scale_bias.shape != (rows, 4) or scale_bias.dtype != torch.uint8 or codes.dtype != torch.uint8:
+        raise ValueError("torch_rows_from_fbgemm: codes must be uint8 [rows, bytes] and scale_bias uint8 [rows, 4] "
+                         "(fp16 scale and bias), but are {} {} and {} {}".format(
+                             codes.dtype, tuple(codes.shape), scale_bias.dtype, tuple(scale_bias.shape)))
+    qparams = scale_bias.contiguous().view(torch.float16)  # [rows, 2]: scale, bias
+    if bits == 8:
+        qparams = qparams.float()
+    return torch.cat([codes, qparams.contiguous().view(torch.uint8)], dim=1).contiguous()
+
+
+class ShapejitIntNBitTableBags(IntNBitTableBatchedEmbeddingBagsCodegen):
+    """fbgemm's IntNBitTableBatchedEmbeddingBagsCodegen (the TBE of TorchRec's quantized
+    inference kernel, host weights on CPU) with a shapejit forward over a one-time copy of its
+    tables in torch's packed-row layout (torch_rows_from_fbgemm): int8, int4 and int2 tables.
+    refresh_rows() re-reads fbgemm's storage after its weights were assigned again."""
+
+    @classmethod
+    def from_fbgemm(cls, tbe: IntNBitTableBatchedEmbeddingBagsCodegen) -> "ShapejitIntNBitTableBags":
+        who = "ShapejitIntNBitTableBags.from_fbgemm"
+        if not isinstance(tbe, IntNBitTableBatchedEmbeddingBagsCodegen):
+            raise TypeError("{}: tbe must be an IntNBitTableBatchedEmbeddingBagsCodegen, but is a {}".format(
+                who, type(tbe).__name__))
+        if tbe.pooling_mode not in _POOLING_TO_MODE:
+            raise NotImplementedError("{}: pooling_mode must be SUM or MEAN, but is {}".format(who, tbe.pooling_mode))
+        if tbe.output_dtype not in _OUTPUT_DTYPES:
+            raise NotImplementedError("{}: output_dtype must be FP32 or FP16, but is {}".format(
+                who, SparseType.from_int(tbe.output_dtype)))
+        for name, _, _, weight_ty, _ in tbe.embedding_specs:
+            if weight_ty not in _NBIT_BITS:
+                raise NotImplementedError("{}: table {} is {}; int8, int4 and int2 tables are served".format(
+                    who, name, weight_ty))
+        if tbe.index_remappings_array.numel() > 0 or tbe.index_remapping_hash_table.numel() > 0 or \
+                getattr(tbe, "index_remapping_hash_table_cpu", None) is not None:
+            raise NotImplementedError("{}: pruned tables (index remapping) are not supported".format(who))
+        if tbe.host_size <= 0 or tbe.dev_size > 0 or tbe.uvm_size > 0:
+            raise NotImplementedError("{}: every table must be in host memory (TorchRec's CPU placement)".format(who))
+        module = _adopt(cls, tbe, tbe.feature_table_map)
+        module.refresh_rows()
+        return module
+
+    def refresh_rows(self) -> None:
+        """The engine's copy of the tables, rebuilt from fbgemm's storage."""
+        rows, bits = [], []
+        for (codes, scale_bias), (_, _, _, weight_ty, _) in zip(self.split_embedding_weights(split_scale_shifts=True),
+                                                                self.embedding_specs):
+            bits.append(_NBIT_BITS[weight_ty])
+            rows.append(torch_rows_from_fbgemm(codes, scale_bias, bits[-1]))
+        self._shapejit_rows = rows
+        self._shapejit_bits = [bits[t] for t in self._shapejit_feature_tables]
+
+    def forward(self, indices: Tensor, offsets: Tensor, per_sample_weights: Optional[Tensor] = None) -> Tensor:
+        self.served_forwards += 1
+        weights = [self._shapejit_rows[t] for t in self._shapejit_feature_tables]
+        n = len(weights)
+        offsets = offsets.to(indices.dtype)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.float()
+        idx, offs, psw, _ = feature_slices(indices, offsets, per_sample_weights, n, "ShapejitIntNBitTableBags")
+        mean = self._shapejit_modes[0] == 1
+        out = _CONCAT_OUTPUT(weights, self._shapejit_bits, idx, offs, [0] * n, psw, [True] * n, [None] * n, [None] * n)
+        if mean:
+            out = _mean_scale(out, offs, [int(self.D_offsets[f + 1] - self.D_offsets[f]) for f in range(n)])
+        return out.to(_OUTPUT_DTYPES[self.output_dtype])
+
+
 def _all_modules(model: torch.nn.Module) -> List[torch.nn.Module]:
     """model.modules() and the modules TorchRec's sharded collections keep in a plain list
     (`_lookups`, not registered as children) with theirs."""
@@ -251,7 +338,8 @@ def _all_modules(model: torch.nn.Module) -> List[torch.nn.Module]:
         seen.add(id(module))
         out.append(module)
         stack.extend(module.children())
-        stack.extend(m for m in getattr(module, "_lookups", None) or [] if isinstance(m, torch.nn.Module))
+        for attribute in ("_lookups", "_embedding_lookups_per_rank"):  # plain lists in TorchRec's modules
+            stack.extend(m for m in getattr(module, attribute, None) or [] if isinstance(m, torch.nn.Module))
     return out
 
 
@@ -265,6 +353,10 @@ def swap_lookups(model: torch.nn.Module) -> int:
         if isinstance(module, BatchedFusedEmbeddingBag) and type(module._emb_module) is \
                 SplitTableBatchedEmbeddingBagsCodegen:
             module._emb_module = ShapejitFusedTableBags.from_fbgemm(module._emb_module)
+            swapped += 1
+        elif isinstance(module, QuantBatchedEmbeddingBag) and type(module._emb_module) is \
+                IntNBitTableBatchedEmbeddingBagsCodegen:
+            module._emb_module = ShapejitIntNBitTableBags.from_fbgemm(module._emb_module)
             swapped += 1
         elif isinstance(module, BatchedDenseEmbeddingBag) and type(module._emb_module) is \
                 DenseTableBatchedEmbeddingBagsCodegen:
