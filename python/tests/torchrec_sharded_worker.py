@@ -28,6 +28,7 @@ TABLES = (
     ("rw_b", 31, 4, ("f_rw_b",), "row_wise"),
     ("cw_a", 29, 16, ("f_cw_a",), "column_wise"),
     ("cw_b", 23, 32, ("f_cw_b",), "column_wise"),
+    ("dp_a", 25, 8, ("f_dp_a",), "data_parallel"),
 )
 
 
@@ -45,7 +46,9 @@ def constraints(kernel, tables):
     for name, _, dim, _, sharding in tables:
         # column-wise shards of 8 columns: 2 or 4 shards over the 2 ranks
         extra = {"min_partition": 8} if sharding == "column_wise" else {}
-        out[name] = ParameterConstraints(sharding_types=[sharding], compute_kernels=[kernel], **extra)
+        # data-parallel tables: DENSE, the only kernel TorchRec gives them
+        kernels = ["dense"] if sharding == "data_parallel" else [kernel]
+        out[name] = ParameterConstraints(sharding_types=[sharding], compute_kernels=kernels, **extra)
     return out
 
 
@@ -98,7 +101,9 @@ def copy_into_shards(sharded_state, full_state):
     from torch.distributed._shard.sharded_tensor import ShardedTensor
     copied = 0
     for name, tensor in sharded_state.items():
-        if not isinstance(tensor, ShardedTensor):
+        if not isinstance(tensor, ShardedTensor):  # a replicated (data-parallel) table
+            if name in full_state and tensor.shape == full_state[name].shape:
+                tensor.detach().copy_(full_state[name])
             continue
         full = full_state[name]
         for shard in tensor.local_shards():
@@ -173,7 +178,8 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
             models[label] = model
         kinds = sharding_types_of(plan)
         for name, _, _, _, sharding_type in tables:
-            if kinds[name][0] != sharding_type or kinds[name][1] != fused:
+            if kinds[name][0] != sharding_type or kinds[name][1] != ("dense" if sharding_type == "data_parallel"
+                                                                     else fused):
                 raise AssertionError("table {}: planned {}, wanted ({}, {})".format(name, kinds[name], sharding_type,
                                                                                  fused))
         swapped = [m for m in sharding._all_modules(models["shapejit"]) if isinstance(m, sharding.ShapejitFusedTableBags)]
@@ -181,10 +187,14 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
         if not swapped or kept:
             raise AssertionError("shapejit TBEs: {} in the shapejit model, {} in the reference".format(
                 len(swapped), len(kept)))
+        # data-parallel tables: a replicated parameter (DDP averages its gradient), updated by torch's SGD
+        optimizers = {label: torch.optim.SGD([p for n, p in m.named_parameters() if "dp_" in n], lr=lr)
+                      for label, m in models.items()} if any(t[4] == "data_parallel" for t in tables) else {}
         gen = torch.Generator().manual_seed(100)
         what = "pooling={} weighted={} {}".format(pooling.name, weighted, sorted(set(t[4] for t in tables)))
         keys = [f for _, _, _, feats, _ in tables for f in feats]
         total_dim = sum(d * len(f) for _, _, d, f, _ in tables)
+        sharded_columns = torch.tensor([t[4] != "data_parallel" for t in tables for _ in t[3] for _ in range(t[2])])
         for step in range(steps):
             glob = features(batch * world, gen, weighted, tables)
             mine = local_batch(glob, rank, world)
@@ -192,12 +202,20 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
             local_target = target[rank * batch:(rank + 1) * batch]
             outs = {}
             for label, model in models.items():
+                if optimizers:
+                    optimizers[label].zero_grad()
                 out = in_key_order(model(mine), keys)
                 outs[label] = out.detach().clone()
                 ((out - local_target) ** 2).sum().backward()  # the fused optimizer updates the shards
+                if optimizers:
+                    optimizers[label].step()
             with torch.no_grad():
                 expected = in_key_order(full(glob), keys)[rank * batch:(rank + 1) * batch]
-            if not torch.equal(outs["shapejit"], outs["torchrec"]):
+            # data-parallel columns only at step 0: their backward is torch's embedding-bag backward
+            # (shapejit.autograd), TorchRec's is fbgemm's dense one, the same products summed in
+            # another order; after a step they differ by ulps, and are checked against the unsharded
+            compared = sharded_columns if step > 0 else slice(None)
+            if not torch.equal(outs["shapejit"][:, compared], outs["torchrec"][:, compared]):
                 raise AssertionError("step {} {}: shapejit's sharded forward differs from TorchRec's on the same "
                                      "shards by up to {}".format(step, what,
                                                                  (outs["shapejit"] - outs["torchrec"]).abs().max()))
@@ -225,6 +243,19 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
                 if not torch.equal(a, b):
                     raise AssertionError("{} after {} steps: shapejit's shard of {} differs from TorchRec's by up to "
                                          "{}".format(what, steps, name, (a - b).abs().max().item()))
+        # data-parallel tables against the unsharded collection (both within a few ulps of it)
+        worst_dp = worst_dp_torchrec = 0.0
+        dp_unchanged = True
+        full_now = full.state_dict()
+        for name, tensor in models["shapejit"].state_dict().items():
+            if "dp_" in name:
+                worst_dp = max(worst_dp, (tensor - full_now[name]).abs().max().item())
+                theirs = models["torchrec"].state_dict()[name]
+                dp_unchanged = dp_unchanged and torch.equal(theirs, full_state[name])
+                worst_dp_torchrec = max(worst_dp_torchrec, (theirs - full_now[name]).abs().max().item())
+        if worst_dp > 1e-5:
+            raise AssertionError("{}: shapejit's data-parallel table differs from the unsharded one by {}".format(
+                what, worst_dp))
         worst = 0.0
         full_state = full.state_dict()
         for name, shards in got.items():
@@ -235,13 +266,20 @@ def check_train(rank, world, pg, steps=3, batch=8, lr=0.05):
         if worst > 1e-5:
             raise AssertionError("{} after {} steps: the sharded weights differ from the unsharded collection trained "
                                  "by SGD by up to {}".format(what, steps, worst))
+        dense = [m for m in sharding._all_modules(models["shapejit"]) if isinstance(m, sharding.ShapejitDenseTableBags)]
+        if optimizers and (not dense or any(m.served_forwards < steps for m in dense)):
+            raise AssertionError("{}: data-parallel lookups: {} shapejit TBEs, forwards {}".format(
+                what, len(dense), [m.served_forwards for m in dense]))
         if any(m.served_forwards < steps for m in swapped):
             raise AssertionError("{}: a swapped TBE computed fewer than {} forwards".format(what, steps))
         if sum(m.fallback_forwards for m in swapped):
             raise AssertionError("{}: {} forwards fell back to fbgemm".format(what, sum(m.fallback_forwards
                                                                                      for m in swapped)))
         _log(rank, "train", what, "after", steps, "fused SGD steps: shards == TorchRec's (bitwise);",
-             "vs unsharded SGD: max |diff| {:.3g}".format(worst))
+             "vs unsharded SGD: max |diff| {:.3g}".format(worst),
+             "; data-parallel (DENSE, torch's SGD) vs unsharded: max |diff| {:.3g} (TorchRec's own kernel: {})".format(
+                 worst_dp, "unchanged, no gradient" if dp_unchanged else "{:.3g}".format(worst_dp_torchrec))
+             if optimizers else "")
 
 
 # ---- inference ----------------------------------------------------------------------------------
