@@ -355,7 +355,7 @@ def copy_quantized_weights(sharded, unsharded, bits):
 
 def check_infer(batch=6):
     """TorchRec's inference sharding (shard_quant_model: one process, the shards of 2 ranks on
-    CPU) of a QuantEmbeddingBagCollection, table-, row- and column-wise, int8 and int4: outputs
+    CPU) of a QuantEmbeddingBagCollection, table-, row- and column-wise, int8, int4 and int2: outputs
     with shapejit's lookups bitwise TorchRec's on the same shards and the unsharded collection's."""
     import copy
     import torchrec
@@ -369,14 +369,15 @@ def check_infer(batch=6):
     set_propogate_device(True)
     quant = EmbeddingComputeKernel.QUANT.value
     gen = torch.Generator().manual_seed(7)
-    for dtype, bits in ((torch.qint8, 8), (torch.quint4x2, 4)):
+    for dtype, bits in ((torch.qint8, 8), (torch.quint4x2, 4), (torch.quint2x4, 2)):
         for pooling, weighted in ((torchrec.PoolingType.SUM, False), (torchrec.PoolingType.SUM, True),
                                   (torchrec.PoolingType.MEAN, False)):
             for sharding_type in SHARDING_TYPES_INFER:
                 # column-wise: the tables of 2 or more 8-column shards (TorchRec's inference planner
                 # gives a table of 8 or fewer columns two shards of its full width)
+                # int2: fbgemm's quantizer needs rows of whole fp16 words (dims of 8 or more)
                 tables = tuple((n, r, d, f, sharding_type) for n, r, d, f, _ in TABLES
-                               if sharding_type != "column_wise" or d >= 16)
+                               if (sharding_type != "column_wise" or d >= 16) and (bits != 2 or d >= 8))
                 torch.manual_seed(3)
                 unsharded = quantized_model(pooling, dtype, tables, weighted)
                 cons = {}
