@@ -47,6 +47,8 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.quant_embedding_kernel import QuantBatchedEmbeddingBag
 from torchrec.distributed.types import ShardingType
 
+from .collection import repack_fbgemm_rows
+
 _CONCAT = torch.ops.shapejit.table_bags_concat
 _CONCAT_OUTPUT = torch.ops.shapejit.table_bags_concat_output
 _POOLING_TO_MODE = {PoolingMode.SUM: 0, PoolingMode.MEAN: 1}
@@ -253,29 +255,10 @@ _NBIT_BITS = {SparseType.INT8: 8, SparseType.INT4: 4, SparseType.INT2: 2}
 _OUTPUT_DTYPES = {SparseType.FP32.as_int(): torch.float32, SparseType.FP16.as_int(): torch.float16}
 
 
-def torch_rows_from_fbgemm(codes: Tensor, scale_bias: Tensor, bits: int) -> Tensor:
-    """One table of fbgemm's IntNBit rows (codes, and the fp16 scale and bias fbgemm stores at the
-    row's head: split_embedding_weights() gives both) as the rows torch's
-    embedding_bag_{byte,4bit,2bit}_prepack writes and the engine reads: the codes, then scale and
-    bias, float32 for 8 bits (fp16 -> f32 is exact) and fp16 for 4 and 2 bits; the codes' byte
-    and nibble order is the same in both layouts. A copy: fbgemm's storage is not changed."""
-    if bits not in (8, 4, 2):
-        raise ValueError("torch_rows_from_fbgemm: bits must be 8, 4 or 2, but is {}".format(bits))
-    rows = codes.size(0)
-    if scale_bias.shape != (rows, 4) or scale_bias.dtype != torch.uint8 or codes.dtype != torch.uint8:
-        raise ValueError("torch_rows_from_fbgemm: codes must be uint8 [rows, bytes] and scale_bias uint8 [rows, 4] "
-                         "(fp16 scale and bias), but are {} {} and {} {}".format(
-                             codes.dtype, tuple(codes.shape), scale_bias.dtype, tuple(scale_bias.shape)))
-    qparams = scale_bias.contiguous().view(torch.float16)  # [rows, 2]: scale, bias
-    if bits == 8:
-        qparams = qparams.float()
-    return torch.cat([codes, qparams.contiguous().view(torch.uint8)], dim=1).contiguous()
-
-
 class ShapejitIntNBitTableBags(IntNBitTableBatchedEmbeddingBagsCodegen):
     """fbgemm's IntNBitTableBatchedEmbeddingBagsCodegen (the TBE of TorchRec's quantized
     inference kernel, host weights on CPU) with a shapejit forward over a one-time copy of its
-    tables in torch's packed-row layout (torch_rows_from_fbgemm): int8, int4 and int2 tables.
+    tables in torch's packed-row layout (collection.repack_fbgemm_rows): int8, int4 and int2 tables.
     refresh_rows() re-reads fbgemm's storage after its weights were assigned again."""
 
     @classmethod
@@ -308,7 +291,7 @@ class ShapejitIntNBitTableBags(IntNBitTableBatchedEmbeddingBagsCodegen):
         for (codes, scale_bias), (_, _, _, weight_ty, _) in zip(self.split_embedding_weights(split_scale_shifts=True),
                                                                 self.embedding_specs):
             bits.append(_NBIT_BITS[weight_ty])
-            rows.append(torch_rows_from_fbgemm(codes, scale_bias, bits[-1]))
+            rows.append(repack_fbgemm_rows(codes, scale_bias, bits[-1]))
         self._shapejit_rows = rows
         self._shapejit_bits = [bits[t] for t in self._shapejit_feature_tables]
 
