@@ -28,6 +28,12 @@ a gradient (evaluation) always run on shapejit. Data-parallel tables (DENSE kern
 shapejit with torch's embedding-bag backward (shapejit.autograd), the gradient going to the TBE's
 flat weights parameter for any torch optimizer.
 
+Inference: TorchRec's inference sharding (torchrec.inference.modules.shard_quant_model, one
+process holding every rank's shards; on CPU it needs
+torchrec.distributed.global_settings.set_propogate_device(True)) computes with fbgemm's IntNBit
+TBE; swap_lookups(model) replaces it with ShapejitIntNBitTableBags, which reads a one-time copy of
+the int8/int4/int2 rows repacked into torch's layout (collection.repack_fbgemm_rows).
+
 docs/torchrec-sharding.md describes what runs where and the limits.
 """
 from typing import List, Optional
