@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fbgemm_gpu", reason="TorchRec sharding needs fbgemm_gpu (pip install fbgemm-gpu-cpu)")
-pytest.importorskip("torchrec", reason="TorchRec sharding needs torchrec (pip install --no-deps torchrec)")
+try:  # any ImportError (a torchrec whose own imports fail too), not only a missing module
+    import fbgemm_gpu  # noqa: F401
+    import torchrec  # noqa: F401
+except ImportError as e:
+    pytest.skip("TorchRec sharding needs fbgemm-gpu-cpu 1.8.0 and torchrec 1.8.0 (pip install --no-deps torchrec): "
+                "{}".format(e), allow_module_level=True)
 
 WORKER = Path(__file__).with_name("torchrec_sharded_worker.py")
 WORLD = 2
