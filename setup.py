@@ -157,7 +157,7 @@ if __name__ == "__main__":
         version=read_version(),
         install_requires=[torch_requirement()],
         package_dir={"": "python"},
-        packages=["shapejit"],  # every module of python/shapejit, as cmake --install ships
+        packages=["shapejit", "shapejit.torchrec"],  # every module of python/shapejit, as cmake --install ships
         ext_modules=[Extension(EXTENSION, sources=[])],
         cmdclass={"build_ext": CMakeBuild},
         options={"build": {"build_base": SCRATCH}, "egg_info": {"egg_base": SCRATCH}},
