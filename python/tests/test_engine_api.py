@@ -173,3 +173,8 @@ def test_installed_package_loads_its_own_files(sj):
     assert root in package.parents, "imported {} instead of the package under {}".format(sj.__file__, root)
     assert Path(sj.library_path).resolve() == package / "libshapejit_torch_ops.so"
     assert ROOT not in package.parents, "the package was imported from the source tree"
+    # Every module of the source tree was installed (setup.py lists subpackages one by one).
+    source = ROOT / "python" / "shapejit"
+    missing = [str(f.relative_to(source)) for f in sorted(source.rglob("*.py"))
+               if not (package / f.relative_to(source)).is_file()]
+    assert not missing, "the installed package lacks {}".format(missing)
