@@ -332,6 +332,12 @@ def _all_modules(model: torch.nn.Module) -> List[torch.nn.Module]:
     return out
 
 
+def shapejit_lookups(model: torch.nn.Module) -> List[torch.nn.Module]:
+    """The swapped table-batched modules inside `model` (each counts its `served_forwards`)."""
+    return [m for m in _all_modules(model)
+            if isinstance(m, (ShapejitDenseTableBags, ShapejitFusedTableBags, ShapejitIntNBitTableBags))]
+
+
 def swap_lookups(model: torch.nn.Module) -> int:
     """Replaces, inside `model` (a DistributedModelParallel, a sharded collection, or any module
     holding them), the fbgemm TBE of every TorchRec FUSED and DENSE embedding-bag kernel with its
