@@ -82,6 +82,12 @@ def feature_slices(indices: Tensor, offsets: Tensor, per_sample_weights: Optiona
     return idx, offs, psw, batch
 
 
+def _check_tbe_type(tbe, expected: type, who: str) -> None:
+    """A TypeError naming the argument when tbe is not an instance of fbgemm's `expected` class."""
+    if not isinstance(tbe, expected):
+        raise TypeError("{}: tbe must be a {}, but is a {}".format(who, expected.__name__, type(tbe).__name__))
+
+
 def _check_servable(tbe, who: str) -> None:
     """The TBE settings the shapejit forward reproduces exactly, or an error naming the setting."""
     if tbe.weights_precision != SparseType.FP32:
@@ -154,9 +160,7 @@ class ShapejitDenseTableBags(DenseTableBatchedEmbeddingBagsCodegen):
     def from_fbgemm(cls, tbe: DenseTableBatchedEmbeddingBagsCodegen,
                     feature_table_map: List[int]) -> "ShapejitDenseTableBags":
         who = "ShapejitDenseTableBags.from_fbgemm"
-        if not isinstance(tbe, DenseTableBatchedEmbeddingBagsCodegen):
-            raise TypeError("{}: tbe must be a DenseTableBatchedEmbeddingBagsCodegen, but is a {}".format(
-                who, type(tbe).__name__))
+        _check_tbe_type(tbe, DenseTableBatchedEmbeddingBagsCodegen, who)
         _check_servable(tbe, who)
         return _adopt(cls, tbe, feature_table_map)
 
@@ -211,9 +215,7 @@ class ShapejitFusedTableBags(SplitTableBatchedEmbeddingBagsCodegen):
     @classmethod
     def from_fbgemm(cls, tbe: SplitTableBatchedEmbeddingBagsCodegen) -> "ShapejitFusedTableBags":
         who = "ShapejitFusedTableBags.from_fbgemm"
-        if not isinstance(tbe, SplitTableBatchedEmbeddingBagsCodegen):
-            raise TypeError("{}: tbe must be a SplitTableBatchedEmbeddingBagsCodegen, but is a {}".format(
-                who, type(tbe).__name__))
+        _check_tbe_type(tbe, SplitTableBatchedEmbeddingBagsCodegen, who)
         _check_servable(tbe, who)
         placements = set(int(p) for p in tbe.weights_physical_placements)
         if placements != {EmbeddingLocation.HOST.value}:
@@ -270,9 +272,7 @@ class ShapejitIntNBitTableBags(IntNBitTableBatchedEmbeddingBagsCodegen):
     @classmethod
     def from_fbgemm(cls, tbe: IntNBitTableBatchedEmbeddingBagsCodegen) -> "ShapejitIntNBitTableBags":
         who = "ShapejitIntNBitTableBags.from_fbgemm"
-        if not isinstance(tbe, IntNBitTableBatchedEmbeddingBagsCodegen):
-            raise TypeError("{}: tbe must be an IntNBitTableBatchedEmbeddingBagsCodegen, but is a {}".format(
-                who, type(tbe).__name__))
+        _check_tbe_type(tbe, IntNBitTableBatchedEmbeddingBagsCodegen, who)
         if tbe.pooling_mode not in _POOLING_TO_MODE:
             raise NotImplementedError("{}: pooling_mode must be SUM or MEAN, but is {}".format(who, tbe.pooling_mode))
         if tbe.output_dtype not in _OUTPUT_DTYPES:
