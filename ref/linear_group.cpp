@@ -122,6 +122,9 @@ void linear_part(const LinearPartView& p) {
       p.y[output_offset(p, row, col)] = epilogue(p, float(dot<false>(p, row, col, nullptr)));
 }
 
+// The runtime resolves parts in one place too (rt::resolve_linear_part). This copy is kept on
+// purpose: the reference is the independent oracle the runtime is tested against, and ref/ knows
+// nothing of runtime/ (design.md), so a slip in the runtime's resolution cannot hide here.
 LinearPartView resolve_part(const shapejit_linear_group_desc& desc, int64_t p, const shapejit_linear_group_io& io) {
   const shapejit_linear_part_desc& d = desc.parts[p];
   LinearPartView v;

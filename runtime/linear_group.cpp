@@ -1,12 +1,12 @@
 // Linear groups: building (validate, pack weights and compile kernels) and running (validate,
 // compute) behind both the C++ API and the C ABI. ISAs with a GEMM generator run the packed JIT
-// path; the others (scalar, and NEON until it has one) run the scalar reference.
+// path; the others (scalar) run the scalar reference.
 #include "runtime/linear_group.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -17,29 +17,13 @@
 #include "runtime/engine_stats.hpp"
 #include "runtime/isa_select.hpp"
 #include "runtime/linear_group_exec.hpp"
+#include "runtime/validate_linear_group.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
 namespace {
 
-// One part's weight rows (the split of a packed weight resolved to a pointer) and epilogue.
-LinearPartWeights part_weights(const shapejit_linear_group_desc& desc, int64_t p, const LinearPartShape& shape) {
-  const shapejit_linear_part_desc& d = desc.parts[p];
-  const bool packed = desc.form == SHAPEJIT_WEIGHTS_PACKED;
-  LinearPartWeights w;
-  w.weight = packed ? desc.weight + d.row_begin * desc.weight_stride : d.weight;
-  w.ldw = packed ? desc.weight_stride : d.weight_stride;
-  w.n = shape.n;
-  w.k = shape.k;
-  w.bias = desc.bias ? desc.bias + d.row_begin : nullptr;
-  w.activation = d.activation;
-  w.scale = d.has_scale ? d.scale : 1.0f;
-  w.layout = d.layout;
-  w.heads = d.layout == SHAPEJIT_LAYOUT_ROW_MAJOR ? 1 : d.heads;
-  return w;
-}
-
-// Validation of a run is a pure function of the group's shapes (fixed at create) and the io
+// Validation of a run is a pure function of the group's plan (fixed at create) and the io
 // entries. So each thread remembers its last run that passed: a run repeating it exactly (same
 // group, same pointers, sizes and strides: the steady state of a model calling a layer on the
 // same buffers) passes again, and is not checked again; it costs a 64-byte compare per part
@@ -62,24 +46,18 @@ void validate_run(const shapejit_linear_group& group, const shapejit_linear_grou
   if (io && last.serial == group.serial && last.num_io == num_io &&
       std::memcmp(last.io.data(), io, size_t(num_io) * sizeof *io) == 0)
     return;
-  validate_linear_group_run(group.shapes, io, num_io);
+  validate_linear_group_run(group.plan.parts, io, num_io);
   if (num_io > LastValidRun::kMaxParts) return;
   last.serial = group.serial;
   last.num_io = num_io;
   std::memcpy(last.io.data(), io, size_t(num_io) * sizeof *io);
 }
 
-// Packs for the JIT; false (and `why`) when the ISA has no GEMM generator or the shape is beyond it.
-bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& desc, std::string& why) {
-  const jit::Isa isa = selected_isa();
-  if (!gemm_isa_supported(isa)) {
-    why = "no GEMM generator for ISA " + std::string(jit::isa_name(isa));
-    return false;
-  }
-  std::vector<LinearPartWeights> weights;
-  for (int64_t p = 0; p < desc.num_parts; ++p) weights.push_back(part_weights(desc, p, group.shapes[size_t(p)]));
+// Packs for the JIT; false (and `why`) when the ISA has no GEMM generator or the shape is beyond
+// it (pack_linear_group's kUnsupported).
+bool try_pack(shapejit_linear_group& group, std::string& why) {
   try {
-    group.packed = pack_linear_group(weights, isa);
+    group.packed = pack_linear_group(group.plan.parts, group.plan.isa);
   } catch (const Error& e) {
     if (e.status() != Status::kUnsupported) throw;
     why = e.what();
@@ -88,31 +66,65 @@ bool try_pack(shapejit_linear_group& group, const shapejit_linear_group_desc& de
   return true;
 }
 
+// The reference path's own dense copy of every part's weight rows and bias, which the plan's
+// parts then point into, so a run never looks at the caller's memory again.
+void copy_for_reference(shapejit_linear_group& group) {
+  size_t floats = 0;
+  for (const LinearPartPlan& part : group.plan.parts)
+    floats += size_t(part.n * part.k) + (part.bias ? size_t(part.n) : 0);
+  group.copies.resize(floats);
+  float* next = group.copies.data();
+  for (LinearPartPlan& part : group.plan.parts) {
+    for (int64_t r = 0; r < part.n; ++r)
+      std::copy_n(part.weight + r * part.ldw, part.k, next + r * part.k);
+    part.weight = next;
+    part.ldw = part.k;
+    next += part.n * part.k;
+    if (!part.bias) continue;
+    std::copy_n(part.bias, part.n, next);
+    part.bias = next;
+    next += part.n;
+  }
+}
+
+// The packed panels hold the weights and biases: the caller's pointers are not kept.
+void drop_caller_pointers(LinearGroupPlan& plan) {
+  for (LinearPartPlan& part : plan.parts) part.weight = part.bias = nullptr;
+}
+
+// One part of the reference path and its run arguments, as the reference takes them.
+ref::LinearPartView reference_view(const LinearPartPlan& part, const shapejit_linear_group_io& io) {
+  ref::LinearPartView v;
+  v.x = io.x;
+  v.m = io.m;
+  v.k = part.k;
+  v.ldx = io.ldx;
+  v.w = part.weight;
+  v.n = part.n;
+  v.ldw = part.ldw;
+  v.bias = part.bias;
+  v.activation = part.activation;
+  v.scale = part.scale;
+  v.layout = part.layout;
+  v.heads = part.heads;
+  v.batch = io.batch;
+  v.y = io.y;
+  v.ldy = io.ldy;
+  return v;
+}
+
 }  // namespace
 
 std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_desc& desc) {
   auto group = std::make_unique<shapejit_linear_group>();
-  group->shapes = validate_linear_group_desc(desc);
+  group->plan = plan_linear_group(desc, selected_isa());
   group->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
   std::string why;
-  if (try_pack(*group, desc, why)) return group;
-  group->parts.resize(group->shapes.size());
-  for (int64_t p = 0; p < desc.num_parts; ++p) {
-    const shapejit_linear_part_desc& d = desc.parts[p];
-    const LinearPartShape& shape = group->shapes[size_t(p)];
-    LinearGroupPart& part = group->parts[size_t(p)];
-    // The packed form's rows start at row_begin of the packed weight; the split is resolved
-    // here, once, so a run never looks at the caller's weight again.
-    const bool packed = desc.form == SHAPEJIT_WEIGHTS_PACKED;
-    const float* w = packed ? desc.weight + d.row_begin * desc.weight_stride : d.weight;
-    const int64_t ldw = packed ? desc.weight_stride : d.weight_stride;
-    part.weight.resize(size_t(shape.n * shape.k));
-    for (int64_t r = 0; r < shape.n; ++r)
-      for (int64_t c = 0; c < shape.k; ++c) part.weight[size_t(r * shape.k + c)] = w[r * ldw + c];
-    if (desc.bias) part.bias.assign(desc.bias + d.row_begin, desc.bias + d.row_begin + d.rows);
-    part.activation = d.activation;
-    part.scale = d.has_scale ? d.scale : 1.0f;
+  if (try_pack(*group, why)) {
+    drop_caller_pointers(group->plan);
+    return group;
   }
+  copy_for_reference(*group);
   note_reference_linear_group(why);  // counted in the stats, said under SHAPEJIT_VERBOSE
   return group;
 }
@@ -120,44 +132,10 @@ std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear
 void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_group_io* io, int64_t num_io) {
   validate_run(group, io, num_io);
   if (!group.packed.parts.empty()) {
-    // A stack array for the usual few parts: a heap allocation shows in the tiny cases. (In a
-    // union, so its elements are not initialized before being written: that shows too.)
-    constexpr size_t kInlineParts = 8;
-    union InlineIo {
-      InlineIo() {}
-      LinearPartIo items[kInlineParts];
-    } inline_io;
-    // More parts than the array holds go to the heap; a span never reaches past the array.
-    std::vector<LinearPartIo> heap_io;
-    if (size_t(num_io) > kInlineParts) heap_io.resize(size_t(num_io));
-    const std::span<LinearPartIo> part_io =
-        heap_io.empty() ? std::span<LinearPartIo>(inline_io.items, size_t(num_io)) : std::span<LinearPartIo>(heap_io);
-    for (size_t p = 0; p < part_io.size(); ++p)
-      new (&part_io[p]) LinearPartIo{io[p].x, io[p].m, io[p].ldx, io[p].y, io[p].ldy, io[p].batch};
-    run_packed_group(group.packed, part_io);
+    run_packed_group(group.packed, std::span(io, size_t(num_io)));
     return;
   }
-  for (size_t p = 0; p < group.parts.size(); ++p) {
-    const LinearPartShape& shape = group.shapes[p];
-    const LinearGroupPart& part = group.parts[p];
-    ref::LinearPartView v;
-    v.x = io[p].x;
-    v.m = io[p].m;
-    v.k = shape.k;
-    v.ldx = io[p].ldx;
-    v.w = part.weight.data();
-    v.n = shape.n;
-    v.ldw = shape.k;
-    v.bias = part.bias.empty() ? nullptr : part.bias.data();
-    v.activation = part.activation;
-    v.scale = part.scale;
-    v.layout = shape.layout;
-    v.heads = shape.heads;
-    v.batch = io[p].batch;
-    v.y = io[p].y;
-    v.ldy = io[p].ldy;
-    ref::linear_part(v);
-  }
+  for (size_t p = 0; p < group.plan.parts.size(); ++p) ref::linear_part(reference_view(group.plan.parts[p], io[p]));
 }
 
 }  // namespace shapejit::rt
@@ -229,7 +207,7 @@ LinearGroup& LinearGroup::operator=(LinearGroup&& other) noexcept {
 
 LinearGroup::~LinearGroup() { delete group_; }
 
-int64_t LinearGroup::num_parts() const { return group_ ? int64_t(group_->shapes.size()) : 0; }
+int64_t LinearGroup::num_parts() const { return group_ ? int64_t(group_->plan.parts.size()) : 0; }
 
 void LinearGroup::run(std::span<const LinearInput> inputs, std::span<const LinearOutput> outputs) const {
   if (!group_) throw Error(Status::kInvalidArgument, "linear_group: run on a moved-from LinearGroup");
@@ -248,10 +226,10 @@ void LinearGroup::run(std::span<const LinearInput> inputs, std::span<const Linea
     io = heap_io.data();
   }
   for (size_t p = 0; p < size_t(parts); ++p) {
-    const rt::LinearPartShape& shape = group_->shapes[p];
+    const rt::LinearPartPlan& part = group_->plan.parts[p];
     const LinearInput& in = inputs[p];
     const LinearOutput& out = outputs[p];
-    io[p] = {in.x, in.m, in.k, in.ldx == 0 ? in.k : in.ldx, out.y, out.ldy == 0 ? shape.n : out.ldy, out.batch,
+    io[p] = {in.x, in.m, in.k, in.ldx == 0 ? in.k : in.ldx, out.y, out.ldy == 0 ? part.n : out.ldy, out.batch,
              out.seq_len};
   }
   rt::run_linear_group(*group_, io, parts);

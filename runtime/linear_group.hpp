@@ -1,5 +1,5 @@
 // The object behind a linear-group handle and the one path every create and run takes:
-// validate, build (copy the weights), run. Shared by the C++ API and the C ABI.
+// validate and plan, build (pack or copy the weights), run. Shared by the C++ API and the C ABI.
 #pragma once
 
 #include <cstdint>
@@ -7,29 +7,17 @@
 #include <vector>
 
 #include "runtime/linear_group_pack.hpp"
-#include "runtime/validate_linear_group.hpp"
+#include "runtime/linear_group_plan.hpp"
 #include "shapejit/shapejit.h"
 
-namespace shapejit::rt {
-
-/// One built part for the reference path (ISAs without a GEMM generator): its own dense copy
-/// of its weight rows and bias slice, and its epilogue.
-struct LinearGroupPart {
-  std::vector<float> weight;  ///< [n, k], dense
-  std::vector<float> bias;    ///< empty (no bias) or n values
-  shapejit_activation activation = SHAPEJIT_ACTIVATION_NONE;
-  float scale = 1.0f;
-};
-
-}  // namespace shapejit::rt
-
-/// The C handle's definition: what validation checks runs against, and either the JIT's packed
-/// panels (`packed.parts` non-empty) or dense copies for the reference path.
+/// The C handle's definition: the plan runs are validated against, and either the JIT's packed
+/// panels (`packed.parts` non-empty) or, for the reference path, dense copies of the weights and
+/// biases (`copies`) that the plan's parts point into.
 struct shapejit_linear_group {
   uint64_t serial = 0;  ///< unique per group for the process's lifetime (never an address's reuse)
-  std::vector<shapejit::rt::LinearPartShape> shapes;
+  shapejit::rt::LinearGroupPlan plan;
   shapejit::rt::PackedGroup packed;
-  std::vector<shapejit::rt::LinearGroupPart> parts;
+  std::vector<float> copies;
 };
 
 namespace shapejit::rt {

@@ -17,6 +17,8 @@
 namespace shapejit::rt {
 namespace {
 
+using Io = shapejit_linear_group_io;  // one part's run arguments, as the caller passed them
+
 constexpr int64_t kBlockBytes = int64_t(512) << 10;        // panel block with several row blocks: ~L2/2
 constexpr int64_t kStreamBlockBytes = int64_t(2) << 20;    // one row block: weights used once
 constexpr int kUnitsPerThread = 4;
@@ -27,7 +29,7 @@ constexpr int64_t kMaxInputCopyBytes = int64_t(64) << 20;
 // A part resolved for this call.
 struct PartCall {
   const PackedPart* part = nullptr;
-  const LinearPartIo* io = nullptr;
+  const Io* io = nullptr;
   const float* a = nullptr;  // X or its padded copy
   int64_t lda = 0;           // bytes
   int64_t tables = -1;       // kTable / kScatter: index of the row table in Scratch::tables
@@ -73,13 +75,13 @@ thread_local Scratch t_scratch;
 // Columns of a kScatter tile: a whole number of panels of every ISA (nc <= 48).
 constexpr int64_t kScatterTileCols = 192;
 
-bool same_input(const LinearPartIo& a, const LinearPartIo& b) {
+bool same_input(const Io& a, const Io& b) {
   return a.x == b.x && a.m == b.m && a.ldx == b.ldx;
 }
 
 // Head-split element offsets: row r of the input goes to ((n H + h) L + l) Dh + d for column
 // h Dh + d, which separates into a row part (n H L + l) Dh and a column part h L Dh + d.
-int64_t head_row_elem(const PackedPart& p, const LinearPartIo& io, int64_t r) {
+int64_t head_row_elem(const PackedPart& p, const Io& io, int64_t r) {
   const int64_t dh = p.n / p.heads, seq = io.m / io.batch;
   const bool seq_first = p.layout == SHAPEJIT_LAYOUT_HEADS_SEQ_FIRST;
   const int64_t l = seq_first ? r / io.batch : r % seq;
@@ -87,14 +89,14 @@ int64_t head_row_elem(const PackedPart& p, const LinearPartIo& io, int64_t r) {
   return (b * p.heads * seq + l) * dh;
 }
 
-int64_t head_col_elem(const PackedPart& p, const LinearPartIo& io, int64_t c) {
+int64_t head_col_elem(const PackedPart& p, const Io& io, int64_t c) {
   const int64_t dh = p.n / p.heads, seq = io.m / io.batch;
   return (c / dh) * seq * dh + c % dh;
 }
 
 void build_tables(PartCall& call, std::vector<int64_t>& tables, int64_t lanes) {
   const PackedPart& p = *call.part;
-  const LinearPartIo& io = *call.io;
+  const Io& io = *call.io;
   if (p.store == PartStore::kRowMajor) return;
   // kTable: byte offsets per row and per vector of columns; kScatter: element offsets per row
   // and per column.
@@ -113,7 +115,7 @@ int64_t padded_ld(int64_t k) { return (k + 15) / 16 * 16 + 16; }
 // Rows of one row block that alias in L1 (a stride of a multiple of 1 KiB) and do not fit it
 // thrash it while the weights stream past (decode at K = 4096 halves its bandwidth): such
 // inputs are copied once per call with a padded stride.
-bool wants_padded_copy(const LinearPartIo& io, int64_t k, int mr) {
+bool wants_padded_copy(const Io& io, int64_t k, int mr) {
   const int64_t rows = std::min<int64_t>(io.m, mr);
   return rows > 1 && (io.ldx * 4) % 1024 == 0 && rows * k * 4 > kL1RowBlockBytes &&
          io.m * (k * 4 + 64) <= kMaxInputCopyBytes;
@@ -123,7 +125,7 @@ bool wants_padded_copy(const LinearPartIo& io, int64_t k, int mr) {
 void run_segment(const unsigned char* panels, const PartCall& c, const Segment& s, int64_t r, int rows,
                  const std::vector<int64_t>& tables, int64_t lanes) {
   const PackedPart& p = *c.part;
-  const LinearPartIo& io = *c.io;
+  const Io& io = *c.io;
   jit::GemmKernelArgs args{};
   args.a = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(c.a) + r * c.lda);
   args.lda = c.lda;
@@ -174,7 +176,7 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
 // run_small for a row-major part: run_segment's kRowMajor case with the fields that do not
 // change between row blocks set once (in the tiny calls this bookkeeping costs as much as the
 // kernels). The same kernels with the same arguments, so the same bits.
-void run_small_row_major(const unsigned char* panels, const PackedPart& p, const LinearPartIo& io) {
+void run_small_row_major(const unsigned char* panels, const PackedPart& p, const Io& io) {
   jit::GemmKernelArgs full{}, edge{};
   full.lda = edge.lda = io.ldx * 4;
   full.ldc = edge.ldc = io.ldy * 4;
@@ -203,7 +205,7 @@ void run_small_row_major(const unsigned char* panels, const PackedPart& p, const
 // edge panel. Same kernels and row blocks as the blocked path, so the same bits. The head-split
 // parts' offset tables are all built before the first part writes, so a failed allocation
 // leaves every output untouched.
-void run_small(const PackedGroup& g, std::span<const LinearPartIo> io) {
+void run_small(const PackedGroup& g, std::span<const Io> io) {
   const int64_t lanes = jit::gemm_lanes(g.isa);
   Scratch* s = nullptr;  // the thread's scratch, touched only for head-split
   for (size_t i = 0; i < io.size(); ++i) {
@@ -278,7 +280,7 @@ void copy_aliasing_inputs(Scratch& s) {
     const auto [b, e] = s.groups[gi];
     int64_t k = 0;
     for (int32_t i = b; i < e; ++i) k = std::max(k, s.calls[size_t(s.order[size_t(i)])].part->k);
-    const LinearPartIo& io = *s.calls[size_t(s.order[size_t(b)])].io;
+    const Io& io = *s.calls[size_t(s.order[size_t(b)])].io;
     if (!wants_padded_copy(io, k, group_mr(s, b, e))) continue;
     offsets[gi] = int64_t(total);
     total += size_t(io.m * padded_ld(k));
@@ -290,7 +292,7 @@ void copy_aliasing_inputs(Scratch& s) {
     const auto [b, e] = s.groups[gi];
     int64_t k = 0;
     for (int32_t i = b; i < e; ++i) k = std::max(k, s.calls[size_t(s.order[size_t(i)])].part->k);
-    const LinearPartIo& io = *s.calls[size_t(s.order[size_t(b)])].io;
+    const Io& io = *s.calls[size_t(s.order[size_t(b)])].io;
     float* dst = s.inputs.data() + offsets[gi];
     const int64_t ld = padded_ld(k);
     for (int64_t r = 0; r < io.m; ++r) std::memcpy(dst + r * ld, io.x + r * io.ldx, size_t(k) * sizeof(float));
@@ -346,36 +348,16 @@ void add_group_units(Scratch& s, int32_t b, int32_t e, int64_t row_splits) {
     }
 }
 
-}  // namespace
 
-void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, const LinearExecOptions& options) {
-  if (io.size() != g.parts.size())
-    throw Error(Status::kInternalError, "run_packed_group: " + std::to_string(io.size()) + " io entries for " +
-                                            std::to_string(g.parts.size()) + " parts");
-  double flops = 0;
-  for (size_t i = 0; i < io.size(); ++i)
-    flops += 2.0 * double(io[i].m) * double(g.parts[i].n) * double(g.parts[i].k);
-  // Test hook (jit/generated_code_observer.hpp): one atomic load per call when none is set.
-  if (flops > 0) jit::notify_generated_code(jit::GeneratedCodeEvent::kRun, g.isa);
-  if (flops < options.inline_flops) {
-    run_small(g, io);
-    return;
-  }
-
-  Scratch& s = t_scratch;
+// Resolves every part for this call into s.calls and sorts the parts with rows into input
+// groups, in order of first appearance: parts with the same input become adjacent in s.order,
+// and each group is a [begin, end) range of it.
+void group_by_input(Scratch& s, const PackedGroup& g, std::span<const Io> io) {
   s.calls.clear(), s.order.clear(), s.segments.clear(), s.units.clear(), s.tables.clear();
-  const int64_t lanes = jit::gemm_lanes(g.isa);
   for (size_t i = 0; i < io.size(); ++i) {
-    PartCall c;
-    c.part = &g.parts[i];
-    c.io = &io[i];
-    c.a = io[i].x;
-    c.lda = io[i].ldx * 4;
-    s.calls.push_back(c);
+    s.calls.push_back({&g.parts[i], &io[i], io[i].x, io[i].ldx * 4});
     if (io[i].m > 0) s.order.push_back(int32_t(i));
   }
-  // Input groups, in order of first appearance: parts with the same input become adjacent in
-  // s.order, and each group is a [begin, end) range of it.
   s.groups.clear();
   s.grouped.assign(io.size(), 0);
   const size_t live = s.order.size();
@@ -393,19 +375,41 @@ void run_packed_group(const PackedGroup& g, std::span<const LinearPartIo> io, co
   }
   for (auto& [b, e] : s.groups) b -= int32_t(live), e -= int32_t(live);
   s.order.erase(s.order.begin(), s.order.begin() + std::ptrdiff_t(live));
-  for (int32_t pi : s.order) build_tables(s.calls[size_t(pi)], s.tables, lanes);
-  copy_aliasing_inputs(s);
+}
 
-  const int threads = engine_threads();
-  // Units: first without splitting rows; when that gives too few for the threads, split rows.
+// The units of the call: first without splitting rows; when that gives too few for the
+// threads, with the rows split.
+void cut_units(Scratch& s, int threads) {
   auto build_units = [&](int64_t row_splits) {
     s.segments.clear(), s.units.clear();
     for (const auto& [b, e] : s.groups) add_group_units(s, b, e, row_splits);
   };
   build_units(1);
-  if (threads > 1 && int64_t(s.units.size()) < int64_t(threads) * kUnitsPerThread)
-    build_units((int64_t(threads) * kUnitsPerThread + int64_t(s.units.size()) - 1) / int64_t(std::max<size_t>(s.units.size(), 1)));
+  const int64_t wanted = int64_t(threads) * kUnitsPerThread;
+  if (threads > 1 && int64_t(s.units.size()) < wanted)
+    build_units((wanted + int64_t(s.units.size()) - 1) / int64_t(std::max<size_t>(s.units.size(), 1)));
+}
+}  // namespace
 
+void run_packed_group(const PackedGroup& g, std::span<const Io> io, const LinearExecOptions& options) {
+  if (io.size() != g.parts.size())
+    throw Error(Status::kInternalError, "run_packed_group: " + std::to_string(io.size()) + " io entries for " +
+                                            std::to_string(g.parts.size()) + " parts");
+  double flops = 0;
+  for (size_t i = 0; i < io.size(); ++i)
+    flops += 2.0 * double(io[i].m) * double(g.parts[i].n) * double(g.parts[i].k);
+  // Test hook (jit/generated_code_observer.hpp): one atomic load per call when none is set.
+  if (flops > 0) jit::notify_generated_code(jit::GeneratedCodeEvent::kRun, g.isa);
+  if (flops < options.inline_flops) {
+    run_small(g, io);
+    return;
+  }
+  Scratch& s = t_scratch;
+  group_by_input(s, g, io);
+  for (int32_t pi : s.order) build_tables(s.calls[size_t(pi)], s.tables, jit::gemm_lanes(g.isa));
+  copy_aliasing_inputs(s);
+  const int threads = engine_threads();
+  cut_units(s, threads);
   if (threads <= 1 || s.units.size() <= 1) {
     for (const Unit& u : s.units) run_unit(g, s, u);
     return;

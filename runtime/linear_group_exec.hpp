@@ -8,17 +8,9 @@
 #include <span>
 
 #include "runtime/linear_group_pack.hpp"
+#include "shapejit/shapejit.h"
 
 namespace shapejit::rt {
-
-/// One part's input and output for one run (strides in floats).
-struct LinearPartIo {
-  const float* x = nullptr;  ///< X [m, k], rows ldx apart
-  int64_t m = 0, ldx = 0;
-  float* y = nullptr;        ///< output (may be null when m == 0)
-  int64_t ldy = 0;           ///< row-major: rows ldy apart (>= n)
-  int64_t batch = 0;         ///< head-split: Nb, with m = Nb * L (L = m / batch)
-};
 
 /// Tuning of one run (tests force the blocked, parallel path with inline_flops = 0).
 struct LinearExecOptions {
@@ -27,11 +19,11 @@ struct LinearExecOptions {
   double inline_flops = 2.0e6;
 };
 
-/// Computes every part of `group` (io holds one entry per part, already validated: shapes,
-/// strides, no overlap). Parts with equal (x, m, ldx) are run as one GEMM. Runs on the calling
+/// Computes every part of `group` (io holds one entry per part, as the caller passed it, already
+/// validated: shapes, strides, no overlap). Parts with equal (x, m, ldx) are run as one GEMM. Runs on the calling
 /// thread when the engine has one thread or the call is small; otherwise on the engine arena.
 /// Both paths use the same kernels and row blocks, so the result is the same bits either way.
-void run_packed_group(const PackedGroup& group, std::span<const LinearPartIo> io,
+void run_packed_group(const PackedGroup& group, std::span<const shapejit_linear_group_io> io,
                       const LinearExecOptions& options = {});
 
 }  // namespace shapejit::rt

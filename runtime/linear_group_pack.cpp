@@ -38,7 +38,7 @@ int full_panel_vectors(jit::Isa isa) { return isa == jit::Isa::kAvx512 ? 3 : isa
 // Copies columns [col0, col0 + cols) of W (rows of W are output columns) into one panel of
 // `width` floats per k row, followed by the bias row when `bias` is given. The panel memory is
 // already zero, which is the padding past `cols`.
-void fill_panel(float* panel, const LinearPartWeights& w, int64_t col0, int64_t cols, int64_t width) {
+void fill_panel(float* panel, const LinearPartPlan& w, int64_t col0, int64_t cols, int64_t width) {
   for (int64_t kb = 0; kb < w.k; kb += kPackKBlock) {
     const int64_t ke = std::min(w.k, kb + kPackKBlock);
     for (int64_t c = 0; c < cols; ++c) {
@@ -50,6 +50,87 @@ void fill_panel(float* panel, const LinearPartWeights& w, int64_t col0, int64_t 
     for (int64_t c = 0; c < cols; ++c) panel[w.k * width + c] = w.bias[col0 + c];
 }
 
+
+// A part's panel geometry, output store and kernel keys on `isa` (its kernels not yet compiled,
+// its offset not yet placed).
+PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa) {
+  PackedPart p;
+  p.n = w.n;
+  p.k = w.k;
+  p.nc = full_panel_vectors(isa) * jit::gemm_lanes(isa);
+  p.full_panels = w.n / p.nc;
+  p.edge_cols = w.n % p.nc;
+  p.scale = w.scale;
+  p.layout = w.layout;
+  p.heads = w.heads;
+  const jit::GemmKey base = gemm_part_key(w, isa);
+  p.store = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR        ? PartStore::kRowMajor
+            : base.store == jit::GemmStore::kTable ? PartStore::kTable
+                                                   : PartStore::kScatter;
+  // One row block for every part of an ISA (that of a full panel), so parts sharing an input
+  // block its rows alike and each row's kernel (hence its rounding) never depends on the
+  // grouping or the thread count.
+  p.mr = std::min(jit::gemm_max_mr(isa, full_panel_vectors(isa)), kMaxGemmMr);
+  for (int r = 1; r <= p.mr; ++r) {
+    jit::GemmKey key = base;
+    key.mr = r;
+    if (p.full_panels > 0) {
+      key.nc = int(p.nc);
+      p.full_keys[size_t(r - 1)] = key;
+      p.full_bytes = jit::gemm_panel_bytes(key);
+    }
+    if (p.edge_cols > 0) {
+      key.nc = int(p.edge_cols);
+      p.edge_keys[size_t(r - 1)] = key;
+      p.edge_bytes = jit::gemm_panel_bytes(key);
+    }
+  }
+  return p;
+}
+
+// The group's panel memory: `bytes` (at least one cache line), 64-byte aligned and zeroed (the
+// padding past a narrow panel's columns).
+void allocate_panels(PackedGroup& g, int64_t bytes) {
+  g.panel_bytes = std::max<int64_t>(bytes, 64);
+  void* mem = std::aligned_alloc(64, size_t(g.panel_bytes));
+  if (!mem)
+    throw Error(Status::kOutOfMemory, "linear group: cannot allocate " + std::to_string(g.panel_bytes) +
+                                          " bytes of packed weights");
+  g.panels.reset(static_cast<unsigned char*>(mem));
+  std::memset(mem, 0, size_t(g.panel_bytes));
+}
+
+// Copies every part's weights into its panels. Every panel is independent: large groups
+// (decode-sized weights) are packed on the engine.
+void fill_panels(PackedGroup& g, std::span<const LinearPartPlan> parts) {
+  const int64_t lanes = jit::gemm_lanes(g.isa);
+  std::vector<std::pair<size_t, int64_t>> panels;  // (part, panel)
+  for (size_t i = 0; i < parts.size(); ++i)
+    for (int64_t j = 0; j < g.parts[i].panels(); ++j) panels.emplace_back(i, j);
+  auto fill = [&](size_t index) {
+    const auto [i, j] = panels[index];
+    const PackedPart& p = g.parts[i];
+    float* panel = reinterpret_cast<float*>(g.panels.get() + p.offset + j * p.full_bytes);
+    if (j < p.full_panels) fill_panel(panel, parts[i], j * p.nc, p.nc, p.nc);
+    else fill_panel(panel, parts[i], j * p.nc, p.edge_cols, (p.edge_cols + lanes - 1) / lanes * lanes);
+  };
+  std::shared_ptr<tbb::task_arena> arena;  // null: packed on this thread (also in a forked child)
+  if (g.panel_bytes >= kParallelPackBytes && engine_threads() > 1) arena = engine_arena();
+  if (!arena) {
+    for (size_t i = 0; i < panels.size(); ++i) fill(i);
+    return;
+  }
+  ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
+  const ParallelRegionSync::Region region(sync);
+  arena->execute([&] {
+    ParallelRegionSync::enter_execute();  // before any capture is read
+    const ParallelRegionSync::Task task(sync);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, panels.size()), [&](const tbb::blocked_range<size_t>& r) {
+      const ParallelRegionSync::Task panel_task(sync);
+      for (size_t i = r.begin(); i != r.end(); ++i) fill(i);
+    });
+  });
+}
 }  // namespace
 
 void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
@@ -65,7 +146,7 @@ bool gemm_isa_supported(jit::Isa isa) {
 #endif
 }
 
-jit::GemmKey gemm_part_key(const LinearPartWeights& w, jit::Isa isa) {
+jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa) {
   jit::GemmKey key;
   key.isa = isa;
   key.k = w.k;
@@ -92,9 +173,9 @@ std::vector<jit::GemmKey> PackedGroup::keys() const {
   return unique;
 }
 
-PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa isa) {
+PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa) {
   if (!gemm_isa_supported(isa))
-    throw Error(Status::kUnsupported, "linear group: no GEMM kernels for ISA " + std::string(jit::isa_name(isa)));
+    throw Error(Status::kUnsupported, "linear group: no GEMM generator for ISA " + std::string(jit::isa_name(isa)));
   PackedGroup g;
   g.isa = isa;
   g.runtime = make_jit_runtime();  // W^X (runtime/jit_memory.hpp)
@@ -108,83 +189,19 @@ PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa
     compiled.emplace(key, k.fn);
     return k.fn;
   };
-
-  const int nv = full_panel_vectors(isa);
-  const int64_t lanes = jit::gemm_lanes(isa);
   int64_t offset = 0;
-  for (const LinearPartWeights& w : parts) {
-    PackedPart p;
-    p.n = w.n;
-    p.k = w.k;
-    p.nc = nv * lanes;
-    p.full_panels = w.n / p.nc;
-    p.edge_cols = w.n % p.nc;
-    p.scale = w.scale;
-    p.layout = w.layout;
-    p.heads = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR ? 1 : w.heads;
-    const jit::GemmKey base = gemm_part_key(w, isa);
-    p.store = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR        ? PartStore::kRowMajor
-              : base.store == jit::GemmStore::kTable ? PartStore::kTable
-                                                     : PartStore::kScatter;
-    // One row block for every part of an ISA (that of a full panel), so parts sharing an input
-    // block its rows alike and each row's kernel (hence its rounding) never depends on the
-    // grouping or the thread count.
-    p.mr = std::min(jit::gemm_max_mr(isa, nv), kMaxGemmMr);
+  for (const LinearPartPlan& w : parts) {
+    PackedPart p = lay_out_part(w, isa);
     for (int r = 1; r <= p.mr; ++r) {
-      jit::GemmKey key = base;
-      key.mr = r;
-      if (p.full_panels > 0) {
-        key.nc = int(p.nc);
-        p.full_keys[size_t(r - 1)] = key;
-        p.full[size_t(r - 1)] = kernel(key);
-        p.full_bytes = jit::gemm_panel_bytes(key);
-      }
-      if (p.edge_cols > 0) {
-        key.nc = int(p.edge_cols);
-        p.edge_keys[size_t(r - 1)] = key;
-        p.edge[size_t(r - 1)] = kernel(key);
-        p.edge_bytes = jit::gemm_panel_bytes(key);
-      }
+      if (p.full_panels > 0) p.full[size_t(r - 1)] = kernel(p.full_keys[size_t(r - 1)]);
+      if (p.edge_cols > 0) p.edge[size_t(r - 1)] = kernel(p.edge_keys[size_t(r - 1)]);
     }
     p.offset = offset;
     offset += p.bytes();
     g.parts.push_back(p);
   }
-
-  g.panel_bytes = std::max<int64_t>(offset, 64);
-  void* mem = std::aligned_alloc(64, size_t(g.panel_bytes));
-  if (!mem)
-    throw Error(Status::kOutOfMemory, "linear group: cannot allocate " + std::to_string(g.panel_bytes) +
-                                          " bytes of packed weights");
-  g.panels.reset(static_cast<unsigned char*>(mem));
-  std::memset(mem, 0, size_t(g.panel_bytes));
-  // Every panel is independent: large groups (decode-sized weights) are packed on the engine.
-  std::vector<std::pair<size_t, int64_t>> panels;  // (part, panel)
-  for (size_t i = 0; i < parts.size(); ++i)
-    for (int64_t j = 0; j < g.parts[i].panels(); ++j) panels.emplace_back(i, j);
-  auto fill = [&](size_t index) {
-    const auto [i, j] = panels[index];
-    const PackedPart& p = g.parts[i];
-    float* panel = reinterpret_cast<float*>(g.panels.get() + p.offset + j * p.full_bytes);
-    if (j < p.full_panels) fill_panel(panel, parts[i], j * p.nc, p.nc, p.nc);
-    else fill_panel(panel, parts[i], j * p.nc, p.edge_cols, (p.edge_cols + lanes - 1) / lanes * lanes);
-  };
-  std::shared_ptr<tbb::task_arena> arena;  // null: packed on this thread (also in a forked child)
-  if (g.panel_bytes >= kParallelPackBytes && engine_threads() > 1) arena = engine_arena();
-  if (!arena) {
-    for (size_t i = 0; i < panels.size(); ++i) fill(i);
-  } else {
-    ParallelRegionSync sync;  // fork/join edges for ThreadSanitizer (runtime/tsan_sync.hpp)
-    const ParallelRegionSync::Region region(sync);
-    arena->execute([&] {
-      ParallelRegionSync::enter_execute();  // before any capture is read
-      const ParallelRegionSync::Task task(sync);
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, panels.size()), [&](const tbb::blocked_range<size_t>& r) {
-        const ParallelRegionSync::Task panel_task(sync);
-        for (size_t i = r.begin(); i != r.end(); ++i) fill(i);
-      });
-    });
-  }
+  allocate_panels(g, offset);
+  fill_panels(g, parts);
   return g;
 }
 

@@ -13,21 +13,10 @@
 #include <vector>
 
 #include "jit/gemm_kernel.hpp"
+#include "runtime/linear_group_plan.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::rt {
-
-/// One part as packing needs it: plain views, every stride explicit.
-struct LinearPartWeights {
-  const float* weight = nullptr;  ///< W_p [n, k], rows ldw floats apart (may be rows of a packed weight)
-  int64_t ldw = 0;
-  int64_t n = 0, k = 0;
-  const float* bias = nullptr;    ///< nullptr, or n values (may be a slice of a packed bias)
-  shapejit_activation activation = SHAPEJIT_ACTIVATION_NONE;
-  float scale = 1.0f;             ///< 1 means no scaling step
-  shapejit_layout layout = SHAPEJIT_LAYOUT_ROW_MAJOR;
-  int64_t heads = 1;              ///< H for the head-split layouts (divides n)
-};
 
 /// Largest kernel row count (the row block) of any ISA.
 inline constexpr int kMaxGemmMr = 8;
@@ -87,11 +76,11 @@ bool gemm_isa_supported(jit::Isa isa);
 
 /// The key of part `w`'s kernels on `isa` before rows and panel width are chosen (k, bias,
 /// activation, scale, store and prefetch); exposed for jitdump and tests.
-jit::GemmKey gemm_part_key(const LinearPartWeights& w, jit::Isa isa);
+jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa);
 
 /// Packs every part and compiles its kernels for `isa` (the host must run it). Throws
 /// shapejit::Error: kUnsupported for an ISA without a generator, kOutOfMemory, kInternalError.
 /// The arguments are assumed validated (runtime/validate_linear_group).
-PackedGroup pack_linear_group(std::span<const LinearPartWeights> parts, jit::Isa isa);
+PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa);
 
 }  // namespace shapejit::rt

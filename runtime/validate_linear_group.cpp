@@ -4,6 +4,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "runtime/byte_ranges.hpp"
 #include "runtime/c_enum.hpp"
@@ -97,8 +98,8 @@ void check_bias(const shapejit_linear_group_desc& d) {
   if (d.bias) require_aligned("desc.bias", d.bias);
 }
 
-// Returns the part's shape after checking its own fields against the group's form.
-LinearPartShape check_part(const shapejit_linear_group_desc& d, int64_t p) {
+// Checks one part's own fields against the group's form.
+void check_part(const shapejit_linear_group_desc& d, int64_t p) {
   const shapejit_linear_part_desc& part = d.parts[p];
   const std::string name = "desc.parts[" + to_string(p) + "]";
   if (const int64_t a = c_enum_value(part.activation); a < SHAPEJIT_ACTIVATION_NONE || a > SHAPEJIT_ACTIVATION_SILU)
@@ -111,7 +112,6 @@ LinearPartShape check_part(const shapejit_linear_group_desc& d, int64_t p) {
   require_at_least(name + ".rows", part.rows, 1, "a part must have at least one output row");
   require_at_least(name + ".row_begin", part.row_begin, 0, "a row index");
 
-  LinearPartShape shape{part.rows, 0, part.layout, 1};
   if (d.form == SHAPEJIT_WEIGHTS_PACKED) {
     if (part.row_begin > d.weight_rows - part.rows)
       invalid(name + ".row_begin = " + to_string(part.row_begin) + " with rows = " + to_string(part.rows) +
@@ -125,7 +125,6 @@ LinearPartShape check_part(const shapejit_linear_group_desc& d, int64_t p) {
               " (0 means the packed K)");
     if (part.weight_stride != 0)
       invalid(name + ".weight_stride = " + to_string(part.weight_stride) + " must be 0 in the packed form");
-    shape.k = d.k;
   } else {
     require_at_least(name + ".k", part.k, 1, "K must be positive");
     if (part.weight_stride < part.k)
@@ -134,7 +133,6 @@ LinearPartShape check_part(const shapejit_linear_group_desc& d, int64_t p) {
     require_bytes_fit(name + ".weight", part.rows, part.k, part.weight_stride);
     if (!part.weight) invalid(name + ".weight is NULL but the part has " + to_string(part.rows) + " rows");
     require_aligned(name + ".weight", part.weight);
-    shape.k = part.k;
   }
   if (d.bias && part.row_begin > d.bias_len - part.rows)
     invalid(name + ".row_begin = " + to_string(part.row_begin) + " with rows = " + to_string(part.rows) +
@@ -145,9 +143,7 @@ LinearPartShape check_part(const shapejit_linear_group_desc& d, int64_t p) {
     if (part.rows % part.heads != 0)
       invalid(name + ".heads = " + to_string(part.heads) + " does not divide " + name + ".rows = " +
               to_string(part.rows) + " (N_p = heads * head_dim)");
-    shape.heads = part.heads;
   }
-  return shape;
 }
 
 // ---- Run rules ---------------------------------------------------------------------------
@@ -157,7 +153,7 @@ Matrix x_matrix(const shapejit_linear_group_io& io) { return {io.m, io.k, io.ldx
 
 // Part p's output Y: row-major [m, N] with rows ldy apart, or (head-split) one dense block of
 // m * N floats, taken as one row. False when m * N overflows int64.
-bool y_matrix(const LinearPartShape& part, const shapejit_linear_group_io& io, Matrix& y) {
+bool y_matrix(const LinearPartPlan& part, const shapejit_linear_group_io& io, Matrix& y) {
   if (part.layout == SHAPEJIT_LAYOUT_ROW_MAJOR) {
     y = {io.m, part.n, io.ldy};
     return true;
@@ -195,7 +191,7 @@ struct IoVerdict {
 // The one statement of the run rules: every run evaluates it inline (a few compares for the
 // usual row-major part, laid out straight through: every broken rule is marked unlikely), and
 // only a broken rule leads to report_broken_rule for the message.
-[[gnu::always_inline]] inline IoVerdict judge_io(const LinearPartShape& part, const shapejit_linear_group_io& io) {
+[[gnu::always_inline]] inline IoVerdict judge_io(const LinearPartPlan& part, const shapejit_linear_group_io& io) {
   IoVerdict v{IoRule::kAllKept, 0, 0};
   const bool row_major = part.layout == SHAPEJIT_LAYOUT_ROW_MAJOR;
   int64_t batch_times_seq_len = 0;
@@ -229,7 +225,7 @@ struct IoVerdict {
 }
 
 // The message for the rule judge_io found broken in part p's arguments.
-[[noreturn, gnu::cold, gnu::noinline]] void report_broken_rule(IoRule rule, const LinearPartShape& part,
+[[noreturn, gnu::cold, gnu::noinline]] void report_broken_rule(IoRule rule, const LinearPartPlan& part,
                                                                const shapejit_linear_group_io& io, int64_t p) {
   switch (rule) {
     case IoRule::kAllKept: break;
@@ -294,7 +290,7 @@ bool overlaps(const Region& a, const Region& b) {
 }
 
 // Part p's input or output, for a part whose arguments kept every run rule and has rows.
-Region region_of(const LinearPartShape& part, const shapejit_linear_group_io& io, int64_t p, bool output) {
+Region region_of(const LinearPartPlan& part, const shapejit_linear_group_io& io, int64_t p, bool output) {
   Matrix m = x_matrix(io);
   if (output) y_matrix(part, io, m);  // cannot fail once the run rules hold
   Region r;
@@ -323,7 +319,7 @@ struct Span {
 
 // The exact test for a pair whose spans intersect, and the error naming both when they share
 // a byte. Out of line: most runs never get here.
-[[gnu::noinline]] void check_pair_exact(std::span<const LinearPartShape> parts, const shapejit_linear_group_io* io,
+[[gnu::noinline]] void check_pair_exact(std::span<const LinearPartPlan> parts, const shapejit_linear_group_io* io,
                                         int64_t out, int64_t other, bool other_is_output) {
   const Region a = region_of(parts[size_t(out)], io[out], out, true);
   const Region b = region_of(parts[size_t(other)], io[other], other, other_is_output);
@@ -334,7 +330,7 @@ struct Span {
 
 }  // namespace
 
-std::vector<LinearPartShape> validate_linear_group_desc(const shapejit_linear_group_desc& d) {
+void validate_linear_group_desc(const shapejit_linear_group_desc& d) {
   if (const int64_t f = c_enum_value(d.form); f != SHAPEJIT_WEIGHTS_PACKED && f != SHAPEJIT_WEIGHTS_SEPARATE)
     invalid("desc.form = " + to_string(f) + " is not a weight form (0 packed, 1 separate)");
   require_at_least("desc.num_parts", d.num_parts, 1, "a group has at least one part");
@@ -344,13 +340,10 @@ std::vector<LinearPartShape> validate_linear_group_desc(const shapejit_linear_gr
   else
     check_separate_form(d);
   check_bias(d);
-  std::vector<LinearPartShape> shapes;
-  shapes.reserve(size_t(d.num_parts));
-  for (int64_t p = 0; p < d.num_parts; ++p) shapes.push_back(check_part(d, p));
-  return shapes;
+  for (int64_t p = 0; p < d.num_parts; ++p) check_part(d, p);
 }
 
-void validate_linear_group_run(std::span<const LinearPartShape> parts, const shapejit_linear_group_io* io,
+void validate_linear_group_run(std::span<const LinearPartPlan> parts, const shapejit_linear_group_io* io,
                                int64_t num_io) {
   if (num_io != int64_t(parts.size()))
     invalid("num_io = " + to_string(num_io) + " but the group has " + to_string(parts.size()) +
@@ -372,7 +365,7 @@ void validate_linear_group_run(std::span<const LinearPartShape> parts, const sha
   }
   size_t num_in = 0, num_out = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
-    const LinearPartShape& part = parts[p];
+    const LinearPartPlan& part = parts[p];
     const shapejit_linear_group_io& a = io[p];
     const IoVerdict verdict = judge_io(part, a);
     if (verdict.broken != IoRule::kAllKept) report_broken_rule(verdict.broken, part, a, int64_t(p));

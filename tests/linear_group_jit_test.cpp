@@ -29,8 +29,7 @@ namespace {
 
 using shapejit::jit::GemmKey;
 using shapejit::jit::Isa;
-using shapejit::rt::LinearPartIo;
-using shapejit::rt::LinearPartWeights;
+using shapejit::rt::LinearPartPlan;
 using Rng = std::mt19937_64;
 
 using shapejit::test::host_has;
@@ -202,12 +201,12 @@ int64_t output_floats(const Case& c, const PartSpec& s) {
 // Runs the case on `threads` engine threads; returns every part's output buffer.
 std::vector<std::vector<float>> run_case(const Case& c, const shapejit::rt::PackedGroup& g, int threads) {
   std::vector<std::vector<float>> out;
-  std::vector<LinearPartIo> io;
+  std::vector<shapejit_linear_group_io> io;
   for (const PartSpec& s : c.parts) out.emplace_back(size_t(output_floats(c, s)), sentinel());
   for (size_t p = 0; p < c.parts.size(); ++p) {
     const PartSpec& s = c.parts[p];
     const Input& in = c.inputs[size_t(s.input)];
-    io.push_back({in.x.data(), in.m, in.ldx, out[p].data(), s.ldy, s.batch});
+    io.push_back({in.x.data(), in.m, in.k, in.ldx, out[p].data(), s.ldy, s.batch, s.batch > 0 ? in.m / s.batch : 0});
   }
   // One thread takes the default path (small calls part by part), two threads the blocked,
   // parallel path even for small calls: both must give the same bits.
@@ -220,7 +219,7 @@ std::vector<std::vector<float>> run_case(const Case& c, const shapejit::rt::Pack
 }
 
 shapejit::rt::PackedGroup pack_case(const Case& c, Isa isa) {
-  std::vector<LinearPartWeights> w;
+  std::vector<LinearPartPlan> w;
   for (const PartSpec& s : c.parts)
     w.push_back({c.weights.data() + s.w_off, s.ldw, s.n, s.k, s.b_off >= 0 ? c.bias.data() + s.b_off : nullptr,
                  s.act, s.scale, s.layout, s.heads});

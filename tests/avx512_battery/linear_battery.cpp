@@ -153,10 +153,11 @@ std::vector<std::vector<float>> run(const std::vector<Part>& parts, const rt::Pa
   float sentinel;
   std::memcpy(&sentinel, &kSentinelBits, 4);
   std::vector<std::vector<float>> out;
-  std::vector<rt::LinearPartIo> io;
+  std::vector<shapejit_linear_group_io> io;
   for (const Part& p : parts) out.emplace_back(size_t(p.out_floats()), sentinel);
   for (size_t i = 0; i < parts.size(); ++i)
-    io.push_back({parts[i].x->data(), parts[i].m, parts[i].ldx, out[i].data(), parts[i].ldy, parts[i].batch});
+    io.push_back({parts[i].x->data(), parts[i].m, parts[i].k, parts[i].ldx, out[i].data(), parts[i].ldy,
+                  parts[i].batch, parts[i].batch > 0 ? parts[i].m / parts[i].batch : 0});
   rt::set_engine_threads(threads);
   rt::LinearExecOptions exec;
   if (threads > 1) exec.inline_flops = 0;
@@ -211,7 +212,7 @@ Tally run_linear_groups(const Options& options) {
             for (int p = 0; p < 1 + item % 3; ++p)  // repeat 1: the parts share one input
               parts.push_back(make_part(item, p, rng, act, bias != 0, scale, layout, specials,
                                         repeat == 1 && p > 0 ? &parts[0] : nullptr));
-            std::vector<rt::LinearPartWeights> weights;
+            std::vector<rt::LinearPartPlan> weights;
             for (const Part& p : parts)
               weights.push_back({p.w.data(), p.ldw, p.n, p.k, p.bias ? p.b.data() : nullptr, p.act, p.scale,
                                  p.layout, p.heads});
