@@ -32,4 +32,11 @@ GeneratedGemmKernel generate_gemm_kernel(const GemmKey& key, asmjit::JitRuntime&
   return {fn, bytes};
 }
 
+GeneratedGemmKernel generate_gemm_kernel_admitted(const GemmKey& key, asmjit::JitRuntime& runtime,
+                                                  const CodeAdmission& admit) {
+  size_t bytes = 0;
+  const GemmKernelFn fn = generate_kernel<GemmKernelFn>(key, runtime, nullptr, emit_gemm_kernel, &bytes, admit);
+  return {fn, bytes};
+}
+
 }  // namespace shapejit::jit

@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "jit/gemm_kernel.hpp"
+#include "jit/runtime_add.hpp"
 
 namespace shapejit::jit {
 
@@ -24,5 +25,10 @@ void emit_gemm_kernel(const GemmKey& key, asmjit::CodeHolder& code);
 /// When `logger` is given, the assembly listing is written to it. Throws like emit_gemm_kernel.
 GeneratedGemmKernel generate_gemm_kernel(const GemmKey& key, asmjit::JitRuntime& runtime,
                                          asmjit::Logger* logger = nullptr);
+
+/// generate_gemm_kernel under a bound on code memory: `admit` is asked with the kernel's exact
+/// size before its code is added; when it refuses, nothing is added and `fn` is null.
+GeneratedGemmKernel generate_gemm_kernel_admitted(const GemmKey& key, asmjit::JitRuntime& runtime,
+                                                  const CodeAdmission& admit);
 
 }  // namespace shapejit::jit

@@ -13,7 +13,7 @@
 namespace shapejit {
 
 KernelCacheStats kernel_cache_stats() {
-  const rt::EmbagCacheStats s = rt::embag_kernel_cache().stats();
+  const rt::KernelCacheCounters s = rt::process_kernel_cache_stats();
   KernelCacheStats out;
   out.hits = s.hits;
   out.misses = s.misses;

@@ -8,7 +8,9 @@
 
 namespace shapejit::rt {
 
-class EmbagKernelHandle;  // runtime/kernel_cache.hpp
+template <class Key>
+class KernelHandle;  // runtime/kernel_cache.hpp
+using EmbagKernelHandle = KernelHandle<jit::EmbagKey>;
 
 /// The key the API runs a planned call with on `isa`. Where no generator applies (an ISA
 /// without one, rows wider than jit::kMaxGeneratedEmbagDim, or a key

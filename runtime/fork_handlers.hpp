@@ -3,7 +3,8 @@
 // another thread had in flight (a kernel being compiled, a parallel call on oneTBB's workers)
 // never finishes there. The engine's pthread_atfork handlers therefore
 //   prepare: take the engine's locks, always in this order: engine creation, engine (arena),
-//            kernel cache creation, kernel cache, jitdump writer;
+//            kernel caches' creation, the embedding-bag kernel cache, the GEMM
+//            kernel cache, jitdump writer;
 //   parent:  release them (reverse order);
 //   child:   reset what belonged to threads the child does not have (the cache drops compilations
 //            in flight, which the child compiles again, and stops adding code to the JIT memory it

@@ -1,4 +1,4 @@
-// EmbagKernelCache. The lock guards only the map, the counters and the code reservation: a
+// KernelCache<Key>. The lock guards only the map, the counters and the code reservation: a
 // compilation runs outside it, published through a promise that is settled on every path (value
 // or exception), and a failed entry leaves the map before its waiters wake, so the next lookup
 // starts afresh. Reserving before compiling is what keeps the code-memory limit exact: checking
@@ -34,7 +34,8 @@ int64_t nanoseconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Every failure reaches callers as shapejit::Error naming the kernel.
-std::exception_ptr as_shapejit_error(std::exception_ptr error, const jit::EmbagKey& key) {
+template <class Key>
+std::exception_ptr as_shapejit_error(std::exception_ptr error, const Key& key) {
   try {
     std::rethrow_exception(error);
   } catch (const Error&) {
@@ -60,56 +61,102 @@ uint64_t next_epoch() {
 // The calling thread's last get_remembered answer. Constant-initialised (no guard on access);
 // it holds no ownership: the kernel stays valid while the cache of `epoch` lives, and a cache
 // is only asked while it lives.
+template <class Key>
 struct RememberedKernel {
   uint64_t epoch = 0;
-  jit::EmbagKey wanted{};
-  EmbagKernelHandle handle{};
+  Key wanted{};
+  KernelHandle<Key> handle{};
 };
-constinit thread_local RememberedKernel t_remembered;
+template <class Key>
+constinit thread_local RememberedKernel<Key> t_remembered;
 
 }  // namespace
 
-EmbagKernelCache::EmbagKernelCache(EmbagCompileFn compile, int64_t code_limit_bytes)
-    : compile_(compile ? std::move(compile)
-                       : EmbagCompileFn([](const jit::EmbagKey& key, asmjit::JitRuntime& runtime,
-                                           const jit::CodeAdmission& admit) {
-                           return jit::generate_embag_kernel_admitted(key, runtime, admit);
-                         })),
-      runtime_(make_jit_runtime()),
-      epoch_(next_epoch()) {
-  stats_.code_limit_bytes = code_limit_bytes < 0 ? default_code_limit_bytes() : code_limit_bytes;
+// ---- The kinds of kernel ------------------------------------------------------------------
+
+bool KernelKind<jit::EmbagKey>::served_generic(const jit::EmbagKey& key) {
+  return key.isa == jit::Isa::kScalar || key.dim == 0;
 }
 
-EmbagKernelCache::~EmbagKernelCache() = default;
+jit::EmbagKernelFn KernelKind<jit::EmbagKey>::generic(const jit::EmbagKey& key) { return generic_embag_kernel(key); }
 
-EmbagKernelHandle EmbagKernelCache::get(const jit::EmbagKey& key) {
-  if (key.isa == jit::Isa::kScalar || key.dim == 0)
-    return EmbagKernelHandle(key, generic_embag_kernel(key), true);
+jit::GeneratedEmbagKernel KernelKind<jit::EmbagKey>::generate(const jit::EmbagKey& key, asmjit::JitRuntime& runtime,
+                                                              const jit::CodeAdmission& admit) {
+  return jit::generate_embag_kernel_admitted(key, runtime, admit);
+}
+
+jit::GeneratedGemmKernel KernelKind<jit::GemmKey>::generate(const jit::GemmKey& key, asmjit::JitRuntime& runtime,
+                                                            const jit::CodeAdmission& admit) {
+  return jit::generate_gemm_kernel_admitted(key, runtime, admit);
+}
+
+// ---- CodeBudget ---------------------------------------------------------------------------
+
+CodeBudget::CodeBudget(int64_t limit_bytes)
+    : limit_(limit_bytes < 0 ? default_code_limit_bytes() : limit_bytes) {}
+
+bool CodeBudget::settle(int64_t& held, int64_t bytes) {
+  const int64_t growth = bytes - held;
+  if (growth <= 0) {
+    used_.fetch_add(growth, std::memory_order_relaxed);
+  } else {
+    int64_t used = used_.load(std::memory_order_relaxed);
+    do {
+      if (used + growth > limit()) return false;
+    } while (!used_.compare_exchange_weak(used, used + growth, std::memory_order_relaxed));
+  }
+  held = bytes;
+  return true;
+}
+
+void CodeBudget::set_limit(int64_t bytes) {
+  limit_.store(bytes < 0 ? default_code_limit_bytes() : bytes, std::memory_order_relaxed);
+}
+
+// ---- KernelCache --------------------------------------------------------------------------
+
+template <class Key>
+KernelCache<Key>::KernelCache(CompileFn compile, int64_t code_limit_bytes)
+    : KernelCache(std::move(compile), std::make_shared<CodeBudget>(code_limit_bytes)) {}
+
+template <class Key>
+KernelCache<Key>::KernelCache(CompileFn compile, std::shared_ptr<CodeBudget> budget)
+    : compile_(compile ? std::move(compile) : CompileFn(&Kind::generate)),
+      budget_(std::move(budget)),
+      runtime_(make_jit_runtime()),
+      epoch_(next_epoch()) {}
+
+template <class Key>
+KernelCache<Key>::~KernelCache() = default;
+
+template <class Key>
+KernelHandle<Key> KernelCache<Key>::get(const Key& key) {
+  if (Kind::served_generic(key)) return Handle(key, Kind::generic(key), true);
   {  // Hit path: a shared lock and one hash lookup.
     std::shared_lock lock(mutex_);
     if (auto it = kernels_.find(key); it != kernels_.end() && it->second.ready.fn != nullptr) {
       hits_.fetch_add(1, std::memory_order_relaxed);
-      return EmbagKernelHandle(key, it->second.ready.fn, it->second.ready.generic);
+      return Handle(key, it->second.ready.fn, it->second.ready.generic);
     }
   }
   return get_slow(key);
 }
 
-EmbagKernelHandle EmbagKernelCache::get_remembered(const jit::EmbagKey& wanted,
-                                                   jit::EmbagKey (*resolve)(const jit::EmbagKey&)) {
-  RememberedKernel& last = t_remembered;
+template <class Key>
+KernelHandle<Key> KernelCache<Key>::get_remembered(const Key& wanted, Key (*resolve)(const Key&)) {
+  RememberedKernel<Key>& last = t_remembered<Key>;
   if (last.epoch == epoch_ && last.wanted == wanted) [[likely]] {
     if (!last.handle.generic()) hits_.fetch_add(1, std::memory_order_relaxed);  // as get()'s map hit
     return last.handle;
   }
-  const EmbagKernelHandle handle = get(resolve(wanted));
-  const jit::EmbagKey& key = handle.key();
-  const bool bound_fallback = handle.generic() && key.isa != jit::Isa::kScalar && key.dim != 0;
+  const Handle handle = get(resolve(wanted));
+  const bool bound_fallback = handle.generic() && !Kind::served_generic(handle.key());
   if (!bound_fallback) last = {epoch_, wanted, handle};
   return handle;
 }
 
-EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
+template <class Key>
+KernelHandle<Key> KernelCache<Key>::get_slow(const Key& key) {
   std::shared_future<Compiled> pending;
   std::promise<Compiled> promise;
   bool compile_here = false;
@@ -123,7 +170,7 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
     if (auto it = kernels_.find(key); it != kernels_.end()) {
       hits_.fetch_add(1, std::memory_order_relaxed);
       if (it->second.ready.fn != nullptr)  // published since the shared look
-        return EmbagKernelHandle(key, it->second.ready.fn, it->second.ready.generic);
+        return Handle(key, it->second.ready.fn, it->second.ready.generic);
       pending = it->second.pending;
     } else if (runtime = &runtime_for_new_code_locked();
                !settle_reservation_locked(reserved, std::max<int64_t>(largest_emitted_, 1))) {
@@ -132,7 +179,7 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
       try {
         kernels_.emplace(key, Slot{promise.get_future().share(), {}});
       } catch (...) {  // out of memory: the reservation must not outlive the attempt
-        reserved_bytes_ -= reserved;
+        release_reservation_locked(reserved);
         throw;
       }
       ++stats_.misses;
@@ -141,7 +188,7 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
   }
   if (compile_here) {
     const Compiled c = compile_now(key, *runtime, promise, reserved);
-    return EmbagKernelHandle(key, c.fn, c.generic);
+    return Handle(key, c.fn, c.generic);
   }
   if (pending.valid()) {
     Compiled c;
@@ -153,20 +200,27 @@ EmbagKernelHandle EmbagKernelCache::get_slow(const jit::EmbagKey& key) {
       // libstdc++ as a race).
       throw Error(e.status(), e.what());
     }
-    return EmbagKernelHandle(key, c.fn, c.generic);
+    return Handle(key, c.fn, c.generic);
   }
-  return EmbagKernelHandle(key, generic_embag_kernel(key), true);
+  return Handle(key, Kind::generic(key), true);
 }
 
-bool EmbagKernelCache::settle_reservation_locked(int64_t& held, int64_t bytes) {
-  const int64_t growth = bytes - held;
-  if (growth > 0 && stats_.code_bytes + reserved_bytes_ + growth > stats_.code_limit_bytes) return false;
-  reserved_bytes_ += growth;
-  held = bytes;
+template <class Key>
+bool KernelCache<Key>::settle_reservation_locked(int64_t& held, int64_t bytes) {
+  const int64_t before = held;
+  if (!budget_->settle(held, bytes)) return false;
+  reserved_bytes_ += held - before;
   return true;
 }
 
-asmjit::JitRuntime& EmbagKernelCache::runtime_for_new_code_locked() {
+template <class Key>
+void KernelCache<Key>::release_reservation_locked(int64_t held) {
+  reserved_bytes_ -= held;
+  budget_->release(held);
+}
+
+template <class Key>
+asmjit::JitRuntime& KernelCache<Key>::runtime_for_new_code_locked() {
   if (runtime_inherited_) {
     std::unique_ptr<asmjit::JitRuntime> fresh = make_jit_runtime();
     (void)runtime_.release();  // never freed: the inherited kernels keep running in this process
@@ -176,19 +230,22 @@ asmjit::JitRuntime& EmbagKernelCache::runtime_for_new_code_locked() {
   return *runtime_;
 }
 
-void EmbagKernelCache::reset_in_child() {
-  // Only the forking thread exists, and it held mutex_ across the fork (the prepare handler).
+template <class Key>
+void KernelCache<Key>::reset_in_child() {
+  // Only the forking thread exists, and it held mutex_ across the fork (the prepare handler), so
+  // no compilation of this cache changed the budget meanwhile.
   for (auto it = kernels_.begin(); it != kernels_.end();)
     it = it->second.ready.fn != nullptr ? std::next(it) : kernels_.erase(it);
-  reserved_bytes_ = 0;  // every reservation belonged to a compilation in flight
+  release_reservation_locked(reserved_bytes_);  // every reservation belonged to a compilation in flight
   runtime_inherited_ = true;
   // A fresh lock rather than an unlock: glibc marks a write-locked rwlock with the writer's
   // thread id, which the forking thread no longer has in the child.
   new (&mutex_) std::shared_mutex();
 }
 
-EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& key, asmjit::JitRuntime& runtime,
-                                                         std::promise<Compiled>& promise, int64_t reserved) {
+template <class Key>
+typename KernelCache<Key>::Compiled KernelCache<Key>::compile_now(const Key& key, asmjit::JitRuntime& runtime,
+                                                                  std::promise<Compiled>& promise, int64_t reserved) {
   const auto t0 = std::chrono::steady_clock::now();
   try {  // from the first allocation on (the admission's std::function), so the promise is always kept
     bool asked = false, refused = false;
@@ -201,14 +258,14 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
       refused = !settle_reservation_locked(reserved, static_cast<int64_t>(code_bytes));
       return !refused;
     };
-    const jit::GeneratedEmbagKernel generated = compile_(key, runtime, admit);
+    const typename Kind::Generated generated = compile_(key, runtime, admit);
     if (refused) {  // over the limit: the generic kernel serves this lookup and its waiters
-      const Compiled c{generic_embag_kernel(key), true};
+      const Compiled c{Kind::generic(key), true};
       {
         std::unique_lock lock(mutex_);
         ++stats_.generic_fallbacks;
         stats_.compile_time_ns += nanoseconds_since(t0);
-        reserved_bytes_ -= reserved;
+        release_reservation_locked(reserved);
         kernels_.erase(key);  // not cached: a higher limit lets the key compile
       }
       promise.set_value(c);
@@ -228,7 +285,7 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
       ++stats_.compilations;
       ++stats_.kernels;
       stats_.compile_time_ns += ns;
-      reserved_bytes_ -= reserved;  // the reservation becomes code held
+      reserved_bytes_ -= reserved;  // the reservation becomes code held (still in the budget)
       stats_.code_bytes += reserved;
       Slot& slot = kernels_.at(key);
       slot.ready = c;  // from now on lookups take the hit path
@@ -243,7 +300,7 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
       std::unique_lock lock(mutex_);
       ++stats_.failed_compilations;
       stats_.compile_time_ns += ns;
-      reserved_bytes_ -= reserved;  // released: the failed code (if any) is not counted
+      release_reservation_locked(reserved);  // the failed code (if any) is not counted
       kernels_.erase(key);  // never cache a failure: the next lookup compiles again
     }
     try {
@@ -255,23 +312,27 @@ EmbagKernelCache::Compiled EmbagKernelCache::compile_now(const jit::EmbagKey& ke
   }
 }
 
-EmbagCacheStats EmbagKernelCache::stats() const {
+template <class Key>
+KernelCacheCounters KernelCache<Key>::stats() const {
   std::shared_lock lock(mutex_);
-  EmbagCacheStats s = stats_;
+  KernelCacheCounters s = stats_;
   s.hits = hits_.load(std::memory_order_relaxed);
+  s.code_limit_bytes = budget_->limit();
   return s;
 }
 
-void EmbagKernelCache::set_code_limit_bytes(int64_t bytes) {
-  const int64_t limit = bytes < 0 ? default_code_limit_bytes() : bytes;
-  std::unique_lock lock(mutex_);
-  stats_.code_limit_bytes = limit;
+template <class Key>
+void KernelCache<Key>::set_code_limit_bytes(int64_t bytes) {
+  budget_->set_limit(bytes);
 }
+
+template class KernelCache<jit::EmbagKey>;
+template class KernelCache<jit::GemmKey>;
 
 int64_t default_code_limit_bytes() {
   static const int64_t limit = [] {
     const char* text = std::getenv("SHAPEJIT_CODE_LIMIT_BYTES");
-    if (text == nullptr || *text == '\0') return EmbagKernelCache::kDefaultCodeLimitBytes;
+    if (text == nullptr || *text == '\0') return kDefaultCodeLimitBytes;
     errno = 0;
     char* end = nullptr;
     const long long v = std::strtoll(text, &end, 10);
@@ -279,8 +340,8 @@ int64_t default_code_limit_bytes() {
       std::fprintf(stderr,
                    "shapejit: SHAPEJIT_CODE_LIMIT_BYTES=%s is not a non-negative integer; "
                    "using %lld\n",
-                   text, static_cast<long long>(EmbagKernelCache::kDefaultCodeLimitBytes));
-      return EmbagKernelCache::kDefaultCodeLimitBytes;
+                   text, static_cast<long long>(kDefaultCodeLimitBytes));
+      return kDefaultCodeLimitBytes;
     }
     return static_cast<int64_t>(v);
   }();
@@ -289,43 +350,80 @@ int64_t default_code_limit_bytes() {
 
 namespace {
 
-// Created under a mutex the fork handlers take, so a fork never copies a half-made cache (a
-// function-local static would leave its guard taken in the child).
-std::atomic<EmbagKernelCache*> g_cache{nullptr};
+// The process's caches and the budget they share, created together under a mutex the fork
+// handlers take, so a fork never copies them half made (a function-local static would leave its
+// guard taken in the child).
+struct ProcessCaches {
+  std::shared_ptr<CodeBudget> budget = std::make_shared<CodeBudget>();
+  EmbagKernelCache embag{{}, budget};
+  GemmKernelCache gemm{{}, budget};
+};
+std::atomic<ProcessCaches*> g_caches{nullptr};
 std::mutex g_cache_creation;
 
 // While the library loads, before any thread of the engine exists (runtime/fork_handlers.hpp).
 [[maybe_unused]] const bool g_fork_handlers_at_load = [] {
   try {
     return install_fork_handlers();
-  } catch (const std::bad_alloc&) {  // embag_kernel_cache() tries again
+  } catch (const std::bad_alloc&) {  // process_caches() tries again
     return false;
   }
 }();
 
-}  // namespace
-
-EmbagKernelCache& embag_kernel_cache() {
-  if (EmbagKernelCache* c = g_cache.load(std::memory_order_acquire)) [[likely]] return *c;
+ProcessCaches& process_caches() {
+  if (ProcessCaches* c = g_caches.load(std::memory_order_acquire)) [[likely]] return *c;
   install_fork_handlers();
   std::lock_guard lock(g_cache_creation);
-  if (g_cache.load(std::memory_order_relaxed) == nullptr)
-    g_cache.store(new EmbagKernelCache(), std::memory_order_release);
-  return *g_cache.load(std::memory_order_relaxed);
+  if (g_caches.load(std::memory_order_relaxed) == nullptr)
+    g_caches.store(new ProcessCaches(), std::memory_order_release);
+  return *g_caches.load(std::memory_order_relaxed);
 }
 
+}  // namespace
+
+EmbagKernelCache& embag_kernel_cache() { return process_caches().embag; }
+
+GemmKernelCache& gemm_kernel_cache() { return process_caches().gemm; }
+
+KernelCacheCounters process_kernel_cache_stats() {
+  const ProcessCaches& caches = process_caches();
+  const KernelCacheCounters e = caches.embag.stats(), g = caches.gemm.stats();
+  KernelCacheCounters s;
+  s.hits = e.hits + g.hits;
+  s.misses = e.misses + g.misses;
+  s.compilations = e.compilations + g.compilations;
+  s.failed_compilations = e.failed_compilations + g.failed_compilations;
+  s.compile_time_ns = e.compile_time_ns + g.compile_time_ns;
+  s.code_bytes = e.code_bytes + g.code_bytes;
+  s.kernels = e.kernels + g.kernels;
+  s.generic_fallbacks = e.generic_fallbacks + g.generic_fallbacks;
+  s.code_limit_bytes = caches.budget->limit();
+  return s;
+}
+
+// Each cache's lock is taken after the creation mutex, embedding bags' before GEMMs'; no path
+// holds both cache locks at once.
 void kernel_cache_fork_prepare() {
   g_cache_creation.lock();
-  if (EmbagKernelCache* c = g_cache.load(std::memory_order_relaxed)) c->lock_for_fork();
+  if (ProcessCaches* c = g_caches.load(std::memory_order_relaxed)) {
+    c->embag.lock_for_fork();
+    c->gemm.lock_for_fork();
+  }
 }
 
 void kernel_cache_fork_parent() {
-  if (EmbagKernelCache* c = g_cache.load(std::memory_order_relaxed)) c->unlock_in_parent();
+  if (ProcessCaches* c = g_caches.load(std::memory_order_relaxed)) {
+    c->gemm.unlock_in_parent();
+    c->embag.unlock_in_parent();
+  }
   g_cache_creation.unlock();
 }
 
 void kernel_cache_fork_child() {
-  if (EmbagKernelCache* c = g_cache.load(std::memory_order_relaxed)) c->reset_in_child();
+  if (ProcessCaches* c = g_caches.load(std::memory_order_relaxed)) {
+    c->embag.reset_in_child();
+    c->gemm.reset_in_child();
+  }
   new (&g_cache_creation) std::mutex();  // fresh, as every lock in the child (fork_handlers.hpp)
 }
 

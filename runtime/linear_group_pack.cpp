@@ -1,7 +1,6 @@
-// Packing: panel choice, the transposing copy into panels, and compiling each part's kernels
-// into a JitRuntime the group owns (the shapes are all known here, so nothing compiles later).
+// Packing: panel choice, the transposing copy into panels, and each part's kernels from the GEMM
+// kernel cache (the shapes are all known here, so nothing compiles later).
 #include "runtime/linear_group_pack.hpp"
-#include "runtime/perf_map.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/parallel_for.h>
@@ -11,12 +10,11 @@
 #include <cstring>
 #include <new>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include "jit/gemm_codegen.hpp"
 #include "runtime/engine_arena.hpp"
-#include "runtime/jit_memory.hpp"
+#include "runtime/kernel_cache.hpp"
 #include "runtime/tsan_sync.hpp"
 #include "shapejit/shapejit.hpp"
 
@@ -86,6 +84,17 @@ PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa) {
     }
   }
   return p;
+}
+
+// The kernel of `key` from the process's cache, counted in its statistics and its code-memory
+// limit; kUnsupported when the limit has no room for it, so the group runs the reference.
+jit::GemmKernelFn cached_kernel(const jit::GemmKey& key) {
+  GemmKernelCache& cache = gemm_kernel_cache();
+  const GemmKernelHandle kernel = cache.get(key);
+  if (!kernel)
+    throw Error(Status::kUnsupported, "linear group: kernel " + key.name() + " does not fit the code-memory limit (" +
+                                          std::to_string(cache.stats().code_limit_bytes) + " bytes)");
+  return kernel.fn();
 }
 
 // The group's panel memory: `bytes` (at least one cache line), 64-byte aligned and zeroed (the
@@ -178,23 +187,12 @@ PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa is
     throw Error(Status::kUnsupported, "linear group: no GEMM generator for ISA " + std::string(jit::isa_name(isa)));
   PackedGroup g;
   g.isa = isa;
-  g.runtime = make_jit_runtime();  // W^X (runtime/jit_memory.hpp)
-  std::unordered_map<jit::GemmKey, jit::GemmKernelFn, jit::GemmKeyHash> compiled;
-  auto kernel = [&](const jit::GemmKey& key) {
-    auto it = compiled.find(key);
-    if (it != compiled.end()) return it->second;
-    const jit::GeneratedGemmKernel k = jit::generate_gemm_kernel(key, *g.runtime);
-    perf_map_record(reinterpret_cast<const void*>(k.fn), k.code_bytes, key.name());
-    g.code_bytes += int64_t(k.code_bytes);
-    compiled.emplace(key, k.fn);
-    return k.fn;
-  };
   int64_t offset = 0;
   for (const LinearPartPlan& w : parts) {
     PackedPart p = lay_out_part(w, isa);
     for (int r = 1; r <= p.mr; ++r) {
-      if (p.full_panels > 0) p.full[size_t(r - 1)] = kernel(p.full_keys[size_t(r - 1)]);
-      if (p.edge_cols > 0) p.edge[size_t(r - 1)] = kernel(p.edge_keys[size_t(r - 1)]);
+      if (p.full_panels > 0) p.full[size_t(r - 1)] = cached_kernel(p.full_keys[size_t(r - 1)]);
+      if (p.edge_cols > 0) p.edge[size_t(r - 1)] = cached_kernel(p.edge_keys[size_t(r - 1)]);
     }
     p.offset = offset;
     offset += p.bytes();

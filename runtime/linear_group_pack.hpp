@@ -1,10 +1,9 @@
 // Packing a linear group for the JIT microkernels, once, at build time: every part's weight rows
 // (a row range of a packed weight or a weight of its own: the split is folded in here) are
 // transposed into panels of the kernel's width, the bias is stored with each panel, and the
-// part's kernels are compiled. Running never copies a weight.
+// part's kernels are fetched from the process's GEMM kernel cache (runtime/kernel_cache.hpp).
+// Running never copies a weight.
 #pragma once
-
-#include <asmjit/core.h>
 
 #include <array>
 #include <cstdint>
@@ -58,14 +57,13 @@ struct AlignedFree {
   void operator()(void* p) const noexcept;
 };
 
-/// A packed group: the ISA its kernels run on, the parts and the memory they point into.
+/// A packed group: the ISA its kernels run on, the parts and the panel memory they point into
+/// (the kernels belong to the GEMM kernel cache, which never frees them).
 struct PackedGroup {
   jit::Isa isa = jit::Isa::kScalar;
   std::vector<PackedPart> parts;
   std::unique_ptr<unsigned char[], AlignedFree> panels;  ///< every part's panels, 64-byte aligned
   int64_t panel_bytes = 0;
-  int64_t code_bytes = 0;                  ///< generated code owned by `runtime`
-  std::unique_ptr<asmjit::JitRuntime> runtime;  ///< owns the kernels
 
   /// The distinct kernels of the group, for jitdump and error messages.
   std::vector<jit::GemmKey> keys() const;
@@ -78,8 +76,9 @@ bool gemm_isa_supported(jit::Isa isa);
 /// activation, scale, store and prefetch); exposed for jitdump and tests.
 jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa);
 
-/// Packs every part and compiles its kernels for `isa` (the host must run it). Throws
-/// shapejit::Error: kUnsupported for an ISA without a generator, kOutOfMemory, kInternalError.
+/// Packs every part and fetches its kernels for `isa` (the host must run it). Throws
+/// shapejit::Error: kUnsupported for an ISA without a generator, a shape beyond it or a kernel
+/// the code-memory limit has no room for; kOutOfMemory, kInternalError.
 /// The arguments are assumed validated (runtime/validate_linear_group).
 PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa);
 

@@ -245,8 +245,8 @@ SHAPEJIT_API shapejit_status shapejit_linear_group_run(const shapejit_linear_gro
 /* Frees the group (NULL is a no-op). */
 SHAPEJIT_API shapejit_status shapejit_linear_group_destroy(shapejit_linear_group* group);
 
-/* Engine statistics (counters since the process started): the embedding-bag kernel cache's,
- * then fields appended in later versions. */
+/* Engine statistics (counters since the process started): the kernel caches' (embedding bags'
+ * and linear groups' GEMM kernels, summed), then fields appended in later versions. */
 typedef struct {
   int64_t hits;                /* lookups served by a cached or in-flight compilation */
   int64_t misses;              /* lookups that started a compilation */

@@ -249,7 +249,7 @@ class SHAPEJIT_API LinearGroup {
   shapejit_linear_group* group_ = nullptr;
 };
 
-/// Engine statistics: the embedding-bag kernel cache's, then later fields (see
+/// Engine statistics: the kernel caches' (embedding bags' and GEMM kernels), then later fields (see
 /// shapejit_kernel_cache_stats).
 struct KernelCacheStats {
   int64_t hits = 0, misses = 0, compilations = 0, failed_compilations = 0;
@@ -259,7 +259,8 @@ struct KernelCacheStats {
 };
 /// The kernel cache's counters so far.
 SHAPEJIT_API KernelCacheStats kernel_cache_stats();
-/// Bound on JIT code bytes; beyond it new shapes run the generic kernel (< 0 restores the default).
+/// Bound on JIT code bytes; beyond it new shapes run the generic kernel, new linear groups the
+/// reference (< 0 restores the default).
 SHAPEJIT_API void set_code_memory_limit(int64_t bytes);
 
 }  // namespace shapejit
