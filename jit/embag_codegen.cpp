@@ -11,17 +11,7 @@
 namespace shapejit::jit {
 
 void emit_embag_kernel(const EmbagKey& key, asmjit::CodeHolder& code) {
-  switch (key.isa) {
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-      emit_embag_kernel_x86(key, code);
-      return;
-    case Isa::kNeon:
-      emit_embag_kernel_a64(key, code);
-      return;
-    case Isa::kScalar:
-      break;
-  }
+  if (emit_by_family(key, code, &IsaTraits::embag_generator, emit_embag_kernel_x86, emit_embag_kernel_a64)) return;
   throw Error(Status::kUnsupported, key.name() + ": no generator for ISA " + std::string(isa_name(key.isa)));
 }
 

@@ -11,17 +11,7 @@
 namespace shapejit::jit {
 
 void emit_gemm_kernel(const GemmKey& key, asmjit::CodeHolder& code) {
-  switch (key.isa) {
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-      emit_gemm_kernel_x86(key, code);
-      return;
-    case Isa::kNeon:
-      emit_gemm_kernel_a64(key, code);
-      return;
-    case Isa::kScalar:
-      break;
-  }
+  if (emit_by_family(key, code, &IsaTraits::gemm_generator, emit_gemm_kernel_x86, emit_gemm_kernel_a64)) return;
   throw Error(Status::kUnsupported, key.name() + ": no GEMM generator for ISA " + std::string(isa_name(key.isa)));
 }
 

@@ -25,8 +25,14 @@ enum class GemmStore : int {
   kTable = 1,     ///< Y[r, c] at c_base + row_off[r] + col_off[c / lanes] + (c % lanes) * 4
 };
 
-/// Floats per vector register (16 for AVX-512, 8 for AVX2, 4 for NEON).
-constexpr int64_t gemm_lanes(Isa isa) { return isa == Isa::kAvx512 ? 16 : isa == Isa::kNeon ? 4 : 8; }
+/// Floats per vector register (jit/isa.hpp: 16 for AVX-512, 8 for AVX2, 4 for NEON).
+constexpr int64_t gemm_lanes(Isa isa) { return isa_traits(isa).lanes; }
+
+/// Accumulator registers a kernel of `nv` vectors per panel may use on `isa` (x86: what the
+/// nv weight vectors and two broadcast temporaries leave, at most 24; NEON: what the nv weights
+/// leave, one X register per row besides): the one register budget of gemm_max_mr and the
+/// emitters' partial-sum sets.
+int gemm_accumulator_budget(Isa isa, int nv);
 
 /// Largest row count a kernel of `nv` vectors per panel may have on `isa` (register budget:
 /// mr * nv accumulators, nv weight vectors and two broadcast temporaries, or on NEON one X

@@ -53,12 +53,21 @@ std::optional<int64_t> parse_positive(std::string_view s) {
 
 }  // namespace
 
+int gemm_accumulator_budget(Isa isa, int nv) {
+  const IsaTraits& t = isa_traits(isa);
+  // NEON: the registers the nv weights leave (each row also takes one X register).
+  if (t.family == IsaFamily::kA64) return t.vector_registers - nv;
+  // x86: nv weights and two broadcast temporaries besides the accumulators, of which AVX-512
+  // keeps at most 24 (5+ registers left for weights and broadcasts).
+  return std::min(24, t.vector_registers - nv - 2);
+}
+
 int gemm_max_mr(Isa isa, int nv) {
-  if (nv < 1) return 0;
-  if (isa == Isa::kNeon) return std::clamp((32 - nv) / (nv + 1), 0, 8);  // 32 v registers
-  // AVX-512 keeps 24 accumulators (5+ registers left for weights and broadcasts); AVX2 has
-  // 16 registers: nv weights and two broadcast temporaries besides the accumulators.
-  const int budget = isa == Isa::kAvx512 ? std::min(24, 32 - nv - 2) : 16 - nv - 2;
+  const IsaTraits& t = isa_traits(isa);
+  if (nv < 1 || !t.gemm_generator) return 0;
+  const int budget = gemm_accumulator_budget(isa, nv);
+  // NEON: per row nv accumulators and one X register.
+  if (t.family == IsaFamily::kA64) return std::clamp(budget / (nv + 1), 0, 8);
   return std::clamp(budget / nv, 0, 8);
 }
 

@@ -24,6 +24,21 @@ void* add_to_runtime(const std::string& name, Isa isa, asmjit::JitRuntime& runti
 /// runtime; false means "do not add it" (a bound on code memory would be exceeded).
 using CodeAdmission = std::function<bool(size_t code_bytes)>;
 
+/// emit_*_kernel's dispatch for any key with `isa`: runs the emitter of the ISA's family when
+/// its row of jit/isa.hpp's table says the generator (`generator`, e.g. &IsaTraits::gemm_generator)
+/// takes it; false (nothing emitted) otherwise, for the caller's error.
+template <class Key, class EmitX86, class EmitA64>
+bool emit_by_family(const Key& key, asmjit::CodeHolder& code, bool IsaTraits::*generator, EmitX86&& x86,
+                    EmitA64&& a64) {
+  if (!known_isa(key.isa) || !(isa_traits(key.isa).*generator)) return false;
+  switch (isa_traits(key.isa).family) {
+    case IsaFamily::kX86: x86(key, code); return true;
+    case IsaFamily::kA64: a64(key, code); return true;
+    case IsaFamily::kPortable: break;
+  }
+  return false;
+}
+
 /// generate_*_kernel for any key with `isa` and `name()`: emit(key, code) then add the code.
 /// When `admit` is set and refuses the emitted size, nothing is added and the result is null.
 template <class Fn, class Key, class Emit>

@@ -14,10 +14,8 @@
 namespace shapejit::rt {
 namespace {
 
-// The ISAs that have an embedding-bag generator; others run the generic kernel.
-bool has_embag_generator(jit::Isa isa) {
-  return isa == jit::Isa::kAvx512 || isa == jit::Isa::kAvx2 || isa == jit::Isa::kNeon;
-}
+// The ISAs that have an embedding-bag generator (jit/isa.hpp); others run the generic kernel.
+bool has_embag_generator(jit::Isa isa) { return jit::isa_traits(isa).embag_generator; }
 
 size_t index_out_bytes(const EmbagCallPlan& p) { return p.index_out == DType::kI32 ? 4 : 8; }
 

@@ -12,11 +12,10 @@ namespace {
 
 using jit::Isa;
 
-// Candidates of a family, best first; scalar (the generic C++ kernel) always closes the list.
+// Candidates of the host's family, best first; scalar (the generic C++ kernel) always closes the
+// list (jit/isa.hpp's table).
 std::vector<Isa> candidates(const HostFeatures& host) {
-  if (host.x86) return {Isa::kAvx512, Isa::kAvx2, Isa::kScalar};
-  if (host.arm) return {Isa::kNeon, Isa::kScalar};
-  return {Isa::kScalar};
+  return jit::isa_candidates(host.x86 ? jit::IsaFamily::kX86 : host.arm ? jit::IsaFamily::kA64 : jit::IsaFamily::kPortable);
 }
 
 bool in_family(const HostFeatures& host, Isa isa) {

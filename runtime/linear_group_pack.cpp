@@ -28,10 +28,9 @@ constexpr int kStreamPrefetch = 8192;
 constexpr int64_t kPackKBlock = 256;  // k rows per pass of the transposing copy
 constexpr int64_t kParallelPackBytes = int64_t(4) << 20;
 
-// Vectors of a full panel: 3 zmm (48 floats) keep 24 accumulators for 8 rows on AVX-512;
-// AVX2's 16 registers fit 6 rows of 2 ymm.
-// NEON: 4 q registers (16 floats) with 5 rows (20 accumulators, 4 weights, 5 X registers).
-int full_panel_vectors(jit::Isa isa) { return isa == jit::Isa::kAvx512 ? 3 : isa == jit::Isa::kNeon ? 4 : 2; }
+// Vectors of a full panel (jit/isa.hpp's table: the accumulators of a full row block fill the
+// registers).
+int full_panel_vectors(jit::Isa isa) { return jit::isa_traits(isa).gemm_panel_vectors; }
 
 // Copies columns [col0, col0 + cols) of W (rows of W are output columns) into one panel of
 // `width` floats per k row, followed by the bias row when `bias` is given. The panel memory is
@@ -145,14 +144,8 @@ void fill_panels(PackedGroup& g, std::span<const LinearPartPlan> parts) {
 void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
 
 bool gemm_isa_supported(jit::Isa isa) {
-#if defined(SHAPEJIT_HOST_X86)
-  return isa == jit::Isa::kAvx512 || isa == jit::Isa::kAvx2;
-#elif defined(SHAPEJIT_HOST_A64)
-  return isa == jit::Isa::kNeon;
-#else
-  (void)isa;
-  return false;
-#endif
+  const jit::IsaTraits& t = jit::isa_traits(isa);
+  return t.gemm_generator && t.family == jit::kBuildFamily;
 }
 
 jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa) {

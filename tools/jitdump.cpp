@@ -27,7 +27,7 @@ void list_isas() {
   const std::string cpu = jit::host_cpu_name();
   print_field("host", std::string(host.x86 ? "x86-64" : host.arm ? "AArch64" : "unknown architecture") + ", " +
                           (cpu.empty() ? "unnamed CPU" : cpu));
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
+  for (Isa isa : jit::generated_isas()) {
     const std::string why = jit::isa_unsupported_reason(host, isa);
     const CodeTarget target = target_for(isa);
     std::string text = why.empty() ? "runs here" : (target.cross ? "cross-emit only: " : "emit only: ") + why;

@@ -18,7 +18,14 @@ namespace {
 using jit::Isa;
 
 asmjit::Arch arch_of(Isa isa) {
-  return isa == Isa::kNeon ? asmjit::Arch::kAArch64 : asmjit::Arch::kX64;
+  return jit::isa_traits(isa).family == jit::IsaFamily::kA64 ? asmjit::Arch::kAArch64 : asmjit::Arch::kX64;
+}
+
+// "avx512|avx2|neon" (sep "|") or "avx512, avx2, neon": the ISAs with generated code.
+std::string generated_isa_names(const char* sep) {
+  std::string names;
+  for (Isa isa : jit::generated_isas()) names += (names.empty() ? "" : sep) + std::string(jit::isa_name(isa));
+  return names;
 }
 
 const char* arch_name(asmjit::Arch arch) {
@@ -59,7 +66,10 @@ std::string format_us(double us) {
 }  // namespace
 
 CLI::Validator one_of(std::initializer_list<const char*> names) {
-  std::vector<std::string> allowed(names.begin(), names.end());
+  return one_of(std::vector<std::string>(names.begin(), names.end()));
+}
+
+CLI::Validator one_of(std::vector<std::string> allowed) {
   std::string set = "{";
   for (size_t i = 0; i < allowed.size(); ++i) set += (i ? ", " : "") + allowed[i];
   set += "}";
@@ -126,13 +136,17 @@ Isa default_isa() {
   const rt::IsaSelection& sel = rt::process_isa_selection();
   if (sel.isa != Isa::kScalar) return sel.isa;
   throw Error(Status::kUnsupported, "no --isa given and the engine selects no generated ISA here (" +
-                                        sel.to_string() + "); pass --isa avx512|avx2|neon");
+                                        sel.to_string() + "); pass --isa " + generated_isa_names("|"));
 }
 
-std::string isa_help(std::initializer_list<Isa> choices) {
-  std::string names;
-  for (Isa isa : choices) names += (names.empty() ? "" : ", ") + std::string(jit::isa_name(isa));
-  std::string s = "Instruction set: " + names +
+CLI::Validator isa_choice() {
+  std::vector<std::string> names;
+  for (Isa isa : jit::generated_isas()) names.emplace_back(jit::isa_name(isa));
+  return one_of(std::move(names));
+}
+
+std::string isa_help() {
+  std::string s = "Instruction set: " + generated_isa_names(", ") +
                   ". Default: what the engine selects here (best supported, capped by SHAPEJIT_ISA";
   const rt::IsaSelection& sel = rt::process_isa_selection();
   s += sel.isa == Isa::kScalar ? "; here none)" : "; here " + std::string(jit::isa_name(sel.isa)) + ")";

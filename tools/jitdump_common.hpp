@@ -35,6 +35,7 @@ struct Command {
 
 /// Validator accepting exactly one of `names`; rejects with "avg not in {sum, mean, max}".
 CLI::Validator one_of(std::initializer_list<const char*> names);
+CLI::Validator one_of(std::vector<std::string> names);
 /// Validator for an integer in [lo, hi]; rejects with "0 is not in [1, 1048576]".
 CLI::Validator int_in(int64_t lo, int64_t hi);
 /// Validator for an integer >= 1 whose upper bound is left to the kernel-key rule (so a flag
@@ -59,7 +60,9 @@ CodeTarget target_for(jit::Isa isa);
 jit::Isa default_isa();
 
 /// Text of the --isa help, naming the default this host would use.
-std::string isa_help(std::initializer_list<jit::Isa> choices);
+std::string isa_help();
+/// Accepts the name of an ISA with generated code (jit::generated_isas).
+CLI::Validator isa_choice();
 
 /// One kernel as jitdump drives it; each operation's subcommand fills this from its key.
 struct KernelSource {

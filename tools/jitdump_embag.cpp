@@ -166,8 +166,7 @@ Command add_embedding_bag_command(CLI::App& parent) {
                                 "per_sample_weights present: rows are scaled before summing (sum mode only)"));
   shape.push_back(app->add_flag("--padding,-p", flags->padding,
                                 "padding_idx present: the kernel skips rows equal to it, as ATen does"));
-  shape.push_back(app->add_option("--isa", flags->isa, isa_help({Isa::kAvx512, Isa::kAvx2, Isa::kNeon}))
-                      ->check(one_of({"avx512", "avx2", "neon"})));
+  shape.push_back(app->add_option("--isa", flags->isa, isa_help())->check(isa_choice()));
   shape.push_back(app->add_option("--prefetch", flags->prefetch,
                                   "Software prefetch distance in indices; 0 turns prefetching off (default 16)")
                       ->check(int_in(0, 1 << 20)));

@@ -45,8 +45,10 @@ Activation activation_from(const std::string& s) {
 
 // The register budget is the generator's rule (gemm_max_mr); checking it here turns a tile that
 // cannot fit into a usage error that says why. `rows_flag` is blamed for too many rows,
-// `columns_flag` for columns that leave room for no row at all.
+// `columns_flag` for columns that leave room for no row at all. An ISA without a GEMM generator
+// has no budget: the generator says so itself.
 void check_tile(const GemmKey& key, const std::string& rows_flag, const std::string& columns_flag) {
+  if (!jit::isa_traits(key.isa).gemm_generator) return;
   const int max_mr = jit::gemm_max_mr(key.isa, key.nv());
   const std::string tile = "a " + std::to_string(key.nc) + "-column tile (" + std::to_string(key.nv()) + " vectors)";
   const std::string isa(jit::isa_name(key.isa));
@@ -107,8 +109,7 @@ Command add_linear_group_command(CLI::App& parent) {
   app->add_option("--key", flags->key, std::string("A microkernel's canonical name instead of the flags below: ") +
                                            kKeyFormat);
   std::vector<CLI::Option*> shape;
-  shape.push_back(app->add_option("--isa", flags->isa, isa_help({Isa::kAvx512, Isa::kAvx2, Isa::kNeon}))
-                      ->check(one_of({"avx512", "avx2", "neon"})));
+  shape.push_back(app->add_option("--isa", flags->isa, isa_help())->check(isa_choice()));
   shape.push_back(app->add_option("--k", flags->k, "Reduction length K, the columns of X (required without --key)")
                       ->check(int_in(1, 1 << 24)));
   shape.push_back(app->add_option("--nc", flags->nc,

@@ -23,7 +23,7 @@ A64EmbagEmitter::A64EmbagEmitter(const EmbagKey& key, CodeHolder& code)
 }
 
 void A64EmbagEmitter::check_isa() const {
-  if (key().isa != Isa::kNeon) unsupported("not the NEON ISA");
+  if (isa_traits(key().isa).family != IsaFamily::kA64) unsupported("not an AArch64 ISA");
   if (code().arch() != Arch::kAArch64) unsupported("the CodeHolder is not initialised for AArch64");
 }
 

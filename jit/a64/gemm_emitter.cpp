@@ -68,14 +68,14 @@ bool A64GemmEmitter::calls_sleef() const {
 // Planning --------------------------------------------------------------------------------------
 
 void A64GemmEmitter::plan() {
-  if (key_.isa != Isa::kNeon) unsupported("not the NEON ISA");
+  if (isa_traits(key_.isa).family != IsaFamily::kA64) unsupported("not an AArch64 ISA");
   if (code().arch() != Arch::kAArch64) unsupported("the CodeHolder is not initialised for AArch64");
   if (key_.lanes() != kLanes) unsupported("gemm_lanes(neon) must be 4");
   if (key_.k < 1 || key_.k > kMaxK)
     unsupported("k " + std::to_string(key_.k) + " is outside [1, " + std::to_string(kMaxK) + "]");
   if (key_.nc < 1 || nv_ > 4) unsupported("nc " + std::to_string(key_.nc) + " needs 1..4 vectors");
-  if (mr_ < 1 || mr_ > gemm_max_mr(Isa::kNeon, int(nv_)))
-    unsupported("mr " + std::to_string(mr_) + " is outside [1, " + std::to_string(gemm_max_mr(Isa::kNeon, int(nv_))) +
+  if (mr_ < 1 || mr_ > gemm_max_mr(key_.isa, int(nv_)))
+    unsupported("mr " + std::to_string(mr_) + " is outside [1, " + std::to_string(gemm_max_mr(key_.isa, int(nv_))) +
                 "] for " + std::to_string(nv_) + " vectors");
   if (key_.store == GemmStore::kTable && tail_ != 0)
     unsupported("table stores need whole vectors (nc a multiple of 4)");

@@ -31,11 +31,6 @@ std::vector<uint32_t> id_range(uint32_t first, uint32_t end) {
 
 }  // namespace
 
-X86VecTraits X86VecTraits::of(Isa isa) {
-  if (isa == Isa::kAvx512) return {true, 16, 64, 32};
-  return {false, 8, 32, 16};
-}
-
 X86EmbagEmitter::X86EmbagEmitter(const EmbagKey& key, CodeHolder& code)
     : EmbagSkeleton(key, code, X86VecTraits::of(key.isa).lanes),
       t_(X86VecTraits::of(key.isa)),
@@ -48,7 +43,7 @@ X86EmbagEmitter::X86EmbagEmitter(const EmbagKey& key, CodeHolder& code)
 }
 
 void X86EmbagEmitter::check_isa() const {
-  if (key().isa != Isa::kAvx512 && key().isa != Isa::kAvx2) unsupported("not an x86 ISA");
+  if (isa_traits(key().isa).family != IsaFamily::kX86) unsupported("not an x86 ISA");
   if (code().arch() != Arch::kX64) unsupported("the CodeHolder is not initialised for x86-64");
 }
 

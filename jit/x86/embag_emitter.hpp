@@ -13,20 +13,9 @@
 #include "jit/embag_kernel.hpp"
 #include "jit/embag_skeleton.hpp"
 #include "jit/x86/embag_table_ops.hpp"
+#include "jit/x86/vec_traits.hpp"
 
 namespace shapejit::jit {
-
-/// What differs between the two x86 vector widths; the few instructions that differ
-/// beyond this branch on `avx512`.
-struct X86VecTraits {
-  bool avx512;        ///< zmm + k masks, else ymm + exact-width tail moves
-  int64_t lanes;      ///< floats per vector (16 or 8)
-  int64_t bytes;      ///< bytes per vector (64 or 32)
-  uint32_t num_regs;  ///< vector registers (32 or 16)
-
-  /// Traits of `isa` (kAvx512 or kAvx2).
-  static X86VecTraits of(Isa isa);
-};
 
 /// The x86 primitives of the skeleton. Rows are addressed as weight + row * stride + disp, with
 /// kRow multiplied by the stride in place (x86 has base + index + disp32 operands, so no

@@ -26,8 +26,12 @@ using table_ops_detail::at;
 using table_ops_detail::internal;
 
 X86TableOps::X86TableOps(const EmbagKey& key, x86::Assembler& a)
-    : key_(key), a_(a), avx512_(key.isa == Isa::kAvx512), lanes_(avx512_ ? 16 : 8), tail_(key.dim % lanes_) {
-  if (key.isa != Isa::kAvx512 && key.isa != Isa::kAvx2) internal("not an x86 ISA");
+    : key_(key),
+      a_(a),
+      avx512_(X86VecTraits::of(key.isa).avx512),
+      lanes_(X86VecTraits::of(key.isa).lanes),
+      tail_(key.dim % lanes_) {
+  if (isa_traits(key.isa).family != IsaFamily::kX86) internal("not an x86 ISA");
   if (key.table == DType::kQ4 && key.dim % 2 != 0) internal("Q4 rows need an even dim");
   if (key.table == DType::kQ2 && key.dim % 4 != 0) internal("Q2 rows need a dim divisible by 4");
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "jit/embag_kernel.hpp"
+#include "jit/x86/vec_traits.hpp"
 
 namespace shapejit::jit {
 

@@ -68,15 +68,15 @@ x86::Mem arg(const x86::Gp& args, size_t offset) {
 X86GemmEmitter::X86GemmEmitter(const GemmKey& key, CodeHolder& code)
     : KernelEmitter(code, key.name()),
       key_(key),
-      avx512_(key.isa == Isa::kAvx512),
-      lanes_(key.lanes()),
-      vbytes_(key.lanes() * 4),
+      t_(X86VecTraits::of(key.isa)),
+      lanes_(t_.lanes),
+      vbytes_(t_.bytes),
       nv_(key.nv()),
       tail_(key.tail()),
       mr_(key.mr),
       a_(&code),
       gp_(RegGroup::kGp, kGpOrder),
-      vecs_(RegGroup::kVec, id_range(0, avx512_ ? 32 : 16)),
+      vecs_(RegGroup::kVec, id_range(0, t_.num_regs)),
       kregs_(RegGroup::kX86_K, id_range(1, 8)) {
   attach(a_);
 }
@@ -84,7 +84,7 @@ X86GemmEmitter::X86GemmEmitter(const GemmKey& key, CodeHolder& code)
 void X86GemmEmitter::generate() {
   plan();
   plan_registers();
-  emit_prolog(args_, {&gp_, &vecs_, &kregs_}, FrameOptions{true, avx512_});
+  emit_prolog(args_, {&gp_, &vecs_, &kregs_}, FrameOptions{true, t_.avx512});
   emit_load_args();
   emit_panel_loop();
   emit_finish();
@@ -98,7 +98,7 @@ bool X86GemmEmitter::calls_sleef() const {
 // Planning --------------------------------------------------------------------------------------
 
 void X86GemmEmitter::plan() {
-  if (key_.isa != Isa::kAvx512 && key_.isa != Isa::kAvx2) unsupported("not an x86 ISA");
+  if (isa_traits(key_.isa).family != IsaFamily::kX86) unsupported("not an x86 ISA");
   if (code().arch() != Arch::kX64) unsupported("the CodeHolder is not initialised for x86-64");
   if (key_.k < 1 || key_.k > kMaxK)
     unsupported("k " + std::to_string(key_.k) + " is outside [1, " + std::to_string(kMaxK) + "]");
@@ -113,7 +113,7 @@ void X86GemmEmitter::plan() {
   // A small tile alone has too few independent chains to keep both FMA pipes busy: give each
   // output several partial sums (k steps rotate over them) while the register budget lasts.
   const int64_t chains = mr_ * nv_;
-  const int64_t budget = avx512_ ? std::min<int64_t>(24, 32 - nv_ - 2) : 16 - nv_ - 2;
+  const int64_t budget = gemm_accumulator_budget(key_.isa, int(nv_));
   sets_ = 1;
   if (chains < kMinChains) sets_ = std::min({(kMinChains + chains - 1) / chains, budget / chains, key_.k});
   sets_ = std::max<int64_t>(sets_, 1);
@@ -145,13 +145,13 @@ void X86GemmEmitter::plan_registers() {
   const uint32_t temps = std::min<uint32_t>(4, vecs_.available());
   for (uint32_t i = 0; i < temps; ++i) bc_.push_back(vecs_.take());
   if (bc_.size() < 2) throw Error(Status::kInternalError, kernel_name() + ": vector register plan is wrong");
-  if (avx512_ && tail_ != 0) k_tail_ = x86::k(kregs_.take());
+  if (t_.avx512 && tail_ != 0) k_tail_ = x86::k(kregs_.take());
 }
 
 // Helpers ---------------------------------------------------------------------------------------
 
 x86::Vec X86GemmEmitter::vec(uint32_t id) const {
-  return avx512_ ? x86::Vec(x86::zmm(id)) : x86::Vec(x86::ymm(id));
+  return t_.avx512 ? x86::Vec(x86::zmm(id)) : x86::Vec(x86::ymm(id));
 }
 
 uint32_t X86GemmEmitter::acc(int64_t set, int64_t row, int64_t v) const {
@@ -174,14 +174,14 @@ x86::Mem X86GemmEmitter::row_mem(int64_t row, int32_t disp) const {
 }
 
 void X86GemmEmitter::zero(uint32_t id) {
-  if (avx512_) a_.vpxord(x86::zmm(id), x86::zmm(id), x86::zmm(id));
+  if (t_.avx512) a_.vpxord(x86::zmm(id), x86::zmm(id), x86::zmm(id));
   else a_.vxorps(x86::ymm(id), x86::ymm(id), x86::ymm(id));
 }
 
 void X86GemmEmitter::store_vec(const x86::Mem& dst, int64_t v, uint32_t src) {
   if (v != nv_ - 1 || tail_ == 0) {
     a_.vmovups(dst, vec(src));
-  } else if (avx512_) {
+  } else if (t_.avx512) {
     a_.k(k_tail_).vmovups(dst, vec(src));
   } else {
     a_.vmaskmovps(dst, vec(bc_[0]), vec(src));  // bc_[0] holds the tail mask during stores
@@ -200,7 +200,7 @@ x86::Mem X86GemmEmitter::constant(float value) {
 // dst = src <op> broadcast(value); AVX2 has no embedded broadcast and goes through tmp.
 void X86GemmEmitter::op_const(uint32_t inst_id, uint32_t dst, uint32_t src, float value, uint32_t tmp) {
   const x86::Mem c = constant(value);
-  if (avx512_) {
+  if (t_.avx512) {
     a_.emit(inst_id, vec(dst), vec(src), c._1to16());
   } else {
     a_.vbroadcastss(vec(tmp), c);
@@ -301,7 +301,7 @@ void X86GemmEmitter::emit_k_step(int64_t step, int64_t set, int32_t a_disp, int3
       a_.prefetcht0(x86::ptr(b_, static_cast<int32_t>(line - b_consumed_ + key_.prefetch)));
   }
   for (int64_t i = 0; i < mr_; ++i) {
-    if (avx512_ && nv_ == 1) {  // one FMA per broadcast: fold the broadcast into its operand
+    if (t_.avx512 && nv_ == 1) {  // one FMA per broadcast: fold the broadcast into its operand
       a_.vfmadd231ps(vec(acc(set, i, 0)), vec(bv_[0]), row_mem(i, a_disp)._1to16());
       continue;
     }
@@ -344,7 +344,7 @@ void X86GemmEmitter::emit_scale() {
 
 void X86GemmEmitter::emit_store() {
   if (tail_ != 0) {
-    if (avx512_) {
+    if (t_.avx512) {
       a_.mov(kcnt_.r32(), (1u << tail_) - 1);
       a_.kmovw(k_tail_, kcnt_.r32());
     } else {
@@ -415,11 +415,11 @@ void X86GemmEmitter::emit_constants() {
 void X86GemmEmitter::emit_sleef_activation() {
   uint64_t fn = 0;
   switch (key_.act) {
-    case Activation::kGelu: fn = avx512_ ? SJ_SLEEF(Sleef_erff16_u10avx512f) : SJ_SLEEF(Sleef_erff8_u10avx2); break;
+    case Activation::kGelu: fn = t_.avx512 ? SJ_SLEEF(Sleef_erff16_u10avx512f) : SJ_SLEEF(Sleef_erff8_u10avx2); break;
     case Activation::kGeluTanh:
-      fn = avx512_ ? SJ_SLEEF(Sleef_tanhf16_u10avx512f) : SJ_SLEEF(Sleef_tanhf8_u10avx2);
+      fn = t_.avx512 ? SJ_SLEEF(Sleef_tanhf16_u10avx512f) : SJ_SLEEF(Sleef_tanhf8_u10avx2);
       break;
-    case Activation::kSilu: fn = avx512_ ? SJ_SLEEF(Sleef_expf16_u10avx512f) : SJ_SLEEF(Sleef_expf8_u10avx2); break;
+    case Activation::kSilu: fn = t_.avx512 ? SJ_SLEEF(Sleef_expf16_u10avx512f) : SJ_SLEEF(Sleef_expf8_u10avx2); break;
     default: throw Error(Status::kInternalError, kernel_name() + ": no SLEEF function for the activation");
   }
   const int64_t count = mr_ * nv_;
@@ -443,7 +443,7 @@ void X86GemmEmitter::emit_sleef_activation() {
         op_const(I::Inst::kIdVmulps, x0, x0, 0.79788456080286536f, t);
         break;
       default:  // silu: x / (1 + exp(-x))
-        op_const(avx512_ ? I::Inst::kIdVpxord : I::Inst::kIdVxorps, x0, x0, -0.0f, t);
+        op_const(t_.avx512 ? I::Inst::kIdVpxord : I::Inst::kIdVxorps, x0, x0, -0.0f, t);
         break;
     }
     a_.mov(kcnt_, imm(fn));

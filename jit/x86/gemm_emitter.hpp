@@ -9,6 +9,7 @@
 
 #include "jit/gemm_kernel.hpp"
 #include "jit/kernel_emitter.hpp"
+#include "jit/x86/vec_traits.hpp"
 
 namespace shapejit::jit {
 
@@ -61,7 +62,7 @@ class X86GemmEmitter : private KernelEmitter {
   bool calls_sleef() const;
 
   GemmKey key_;
-  bool avx512_;
+  X86VecTraits t_;
   int64_t lanes_, vbytes_, nv_, tail_, mr_;
   int64_t sets_ = 1;                      // accumulator sets the k steps rotate over
   int64_t unroll_ = 1, iterations_ = 0;   // k loop: iterations_ x unroll_ steps, then the rest

@@ -16,10 +16,10 @@ namespace shapejit::test {
 /// safe during static initialisation, where doctest::skip decorators call this.
 inline bool host_has(jit::Isa isa) { return isa != jit::Isa::kScalar && jit::host_runs(isa); }
 
-/// The ISAs with a generator that the host runs, best first.
+/// The ISAs with a generator that the host runs, best first (jit/isa.hpp's table).
 inline std::vector<jit::Isa> host_isas() {
   std::vector<jit::Isa> isas;
-  for (jit::Isa isa : {jit::Isa::kAvx512, jit::Isa::kAvx2, jit::Isa::kNeon})
+  for (jit::Isa isa : jit::generated_isas())
     if (host_has(isa)) isas.push_back(isa);
   return isas;
 }
