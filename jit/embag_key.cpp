@@ -40,10 +40,6 @@ std::string_view table_name(DType t) {
 constexpr DType kTables[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8, DType::kQ4, DType::kQ2};
 constexpr DType kFloats[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-bool is_quantized(DType t) { return t == DType::kQ8 || t == DType::kQ4 || t == DType::kQ2; }
-// The output and weight dtype a table has unless the key says otherwise.
-DType natural_dtype(DType table) { return is_quantized(table) ? DType::kF32 : table; }
-
 std::optional<DType> parse_float_dtype(std::string_view s) {
   for (DType t : kFloats)
     if (table_name(t) == s) return t;
@@ -104,11 +100,11 @@ std::string EmbagKey::name() const {
   s += int_bits(offset);
   if (weighted) {
     s += ".w";
-    if (psw != natural_dtype(table)) s += table_name(psw);
+    if (psw != default_value_dtype(table)) s += table_name(psw);
   }
   if (padding) s += ".pad";
   if (pruned) s += ".pruned";
-  if (out != natural_dtype(table)) {
+  if (out != default_value_dtype(table)) {
     s += ".out";
     s += table_name(out);
   }
@@ -157,7 +153,7 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   // An unweighted key's psw is f32; a weighted one's the natural dtype unless named.
   if (i < p.size() && p[i].substr(0, 1) == "w") {
     k.weighted = true;
-    k.psw = natural_dtype(k.table);
+    k.psw = default_value_dtype(k.table);
     if (p[i].size() > 1) {
       const auto psw = parse_float_dtype(p[i].substr(1));
       if (!psw || *psw == k.psw) return std::nullopt;  // unknown, or not canonical
@@ -167,7 +163,7 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   }
   if (i < p.size() && p[i] == "pad") k.padding = true, ++i;
   if (i < p.size() && p[i] == "pruned") k.pruned = true, ++i;
-  k.out = natural_dtype(k.table);
+  k.out = default_value_dtype(k.table);
   if (i < p.size() && p[i].substr(0, 3) == "out") {
     const auto out = parse_float_dtype(p[i].substr(3));
     if (!out || *out == k.out) return std::nullopt;

@@ -35,7 +35,8 @@ using jit::EmbagKernelArgs;
 
 constexpr int64_t kBlock = 256;  // columns per accumulator block (1 KiB of stack)
 
-constexpr bool is_quantized(int64_t t) { return t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2; }
+// The kernels are instantiated per C dtype value; the rule is jit::is_quantized_table's.
+constexpr bool is_quantized(int64_t t) { return jit::is_quantized_table(static_cast<DType>(t)); }
 
 // What a kernel is specialised on besides the integer types, table dtype and mode.
 struct Flags {
