@@ -1,8 +1,6 @@
 // Decoding a validated linear-group description; see linear_group_plan.hpp.
 #include "runtime/linear_group_plan.hpp"
 
-#include "runtime/validate_linear_group.hpp"
-
 namespace shapejit::rt {
 
 LinearPartPlan resolve_linear_part(const shapejit_linear_group_desc& desc, int64_t p) {
@@ -19,15 +17,6 @@ LinearPartPlan resolve_linear_part(const shapejit_linear_group_desc& desc, int64
   part.layout = d.layout;
   part.heads = d.layout == SHAPEJIT_LAYOUT_ROW_MAJOR ? 1 : d.heads;
   return part;
-}
-
-LinearGroupPlan plan_linear_group(const shapejit_linear_group_desc& desc, jit::Isa isa) {
-  validate_linear_group_desc(desc);
-  LinearGroupPlan plan;
-  plan.isa = isa;
-  plan.parts.reserve(size_t(desc.num_parts));
-  for (int64_t p = 0; p < desc.num_parts; ++p) plan.parts.push_back(resolve_linear_part(desc, p));
-  return plan;
 }
 
 }  // namespace shapejit::rt

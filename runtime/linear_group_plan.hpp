@@ -1,4 +1,5 @@
-// One validated linear-group description, decoded once: each part descriptor resolved to a part
+// One validated linear-group description, decoded once (validation is its only producer:
+// plan_linear_group in runtime/validate_linear_group): each part descriptor resolved to a part
 // (its weight rows as a pointer and stride, its bias slice, its epilogue and output layout) and
 // the ISA its kernels are generated for. Every later step (packing, the reference path, the
 // run's validation) reads the plan and never the descriptor again, as the embedding bag's steps
@@ -38,10 +39,8 @@ struct LinearGroupPlan {
 /// Part `p` of a validated description: the only place a part descriptor becomes a part (the
 /// packed form's rows and bias slice start at row_begin; a part without a scale has scale 1; a
 /// row-major part has one head). The scalar reference keeps its own copy (ref::resolve_part).
+/// Only for a validated description: plan_linear_group (runtime/validate_linear_group.hpp),
+/// the plan's one producer, calls it after validation.
 LinearPartPlan resolve_linear_part(const shapejit_linear_group_desc& desc, int64_t p);
-
-/// Validates `desc` (runtime/validate_linear_group) and resolves every part for `isa`. Throws
-/// shapejit::Error(kInvalidArgument) naming the argument, its value and the rule.
-LinearGroupPlan plan_linear_group(const shapejit_linear_group_desc& desc, jit::Isa isa);
 
 }  // namespace shapejit::rt

@@ -343,6 +343,15 @@ void validate_linear_group_desc(const shapejit_linear_group_desc& d) {
   for (int64_t p = 0; p < d.num_parts; ++p) check_part(d, p);
 }
 
+LinearGroupPlan plan_linear_group(const shapejit_linear_group_desc& desc, jit::Isa isa) {
+  validate_linear_group_desc(desc);
+  LinearGroupPlan plan;
+  plan.isa = isa;
+  plan.parts.reserve(size_t(desc.num_parts));
+  for (int64_t p = 0; p < desc.num_parts; ++p) plan.parts.push_back(resolve_linear_part(desc, p));
+  return plan;
+}
+
 void validate_linear_group_run(std::span<const LinearPartPlan> parts, const shapejit_linear_group_io* io,
                                int64_t num_io) {
   if (num_io != int64_t(parts.size()))

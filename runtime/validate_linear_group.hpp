@@ -16,6 +16,11 @@ namespace shapejit::rt {
 /// (e.g. `desc.parts[1].rows`), its value and the rule.
 void validate_linear_group_desc(const shapejit_linear_group_desc& desc);
 
+/// Validates `desc` and resolves every part for `isa` (resolve_linear_part): the one way a
+/// LinearGroupPlan is made, as plan_embedding_bag makes an EmbagCallPlan. Throws like
+/// validate_linear_group_desc.
+LinearGroupPlan plan_linear_group(const shapejit_linear_group_desc& desc, jit::Isa isa);
+
 /// Checks one run against the built parts (their n, k, layout and heads): the io count, each part's m, K, strides, pointers
 /// (non-NULL and 4-byte aligned when m > 0), head-split batch and sequence length, byte counts,
 /// then that no output overlaps another
