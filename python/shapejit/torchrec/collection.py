@@ -62,6 +62,30 @@ def repack_fbgemm_rows(codes: Tensor, scale_bias: Tensor, bits: int, chunk_rows:
     return out
 
 
+def per_feature_views(values: Tensor, offsets: Tensor, weights: Optional[Tensor], count: int, batch: int,
+                      positions) -> Tuple[List[Tensor], List[Optional[Tensor]], List[Optional[Tensor]]]:
+    """A jagged input of `count` features x `batch` bags back to back (a KJT's values, or fbgemm's
+    TBE indices, with offsets of count * batch + 1 entries) as the engine's per-feature lists, for
+    the features at `positions` (repeats allowed): views of the values and weights, and each
+    feature's offsets rebased to start at 0 (the engine's rule; all features in two ops)."""
+    if batch > 0:
+        offsets = offsets.contiguous()
+        bounds = offsets[::batch].tolist()  # where each feature's values start, and the end
+        rebased = offsets.as_strided((count, batch + 1), (batch, 1)) - offsets.as_strided((count, 1), (batch, 1))
+    else:
+        bounds = [0] * (count + 1)
+        rebased = offsets.new_zeros(count, 1)
+    indices: List[Tensor] = []
+    offs: List[Optional[Tensor]] = []
+    psw: List[Optional[Tensor]] = []
+    for p in positions:
+        start, end = bounds[p], bounds[p + 1]
+        indices.append(values[start:end])
+        offs.append(rebased[p])
+        psw.append(None if weights is None else weights[start:end])
+    return indices, offs, psw
+
+
 class _Table(torch.nn.Module):
     """One table of a quantized collection as the engine reads it: `packed_weight` (torch's
     prepack rows, bits 8/4/2) or `weight` (f32 rows, bits 0, from an FP16 or FP32 table).
@@ -255,21 +279,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         if offsets.numel() != count * batch + 1:
             raise ValueError("{}: features.offsets() must hold {} keys x stride {} + 1 = {} entries, but holds "
                              "{}".format(_WHO, count, batch, count * batch + 1, offsets.numel()))
-        if batch > 0:
-            bounds = offsets[::batch].tolist()  # where each key's values start, and the end
-            # Each key's offsets rebased to 0 (the engine's rule), all keys in two ops.
-            rebased = offsets.as_strided((count, batch + 1), (batch, 1)) - offsets.as_strided((count, 1), (batch, 1))
-        else:
-            bounds = [0] * (count + 1)
-            rebased = offsets.new_zeros(count, 1)
-        indices: List[Tensor] = []
-        offs: List[Optional[Tensor]] = []
-        psw: List[Optional[Tensor]] = []
-        for p in positions:
-            start, end = bounds[p], bounds[p + 1]
-            indices.append(values[start:end])
-            offs.append(rebased[p])
-            psw.append(None if weights is None else weights[start:end])
+        indices, offs, psw = per_feature_views(values, offsets, weights, count, batch, positions)
         out = self._run(indices, offs, psw)
         if self._quantized:
             out = self._finish_quantized(out, features, positions, batch)

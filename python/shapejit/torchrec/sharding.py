@@ -53,7 +53,7 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.quant_embedding_kernel import QuantBatchedEmbeddingBag
 from torchrec.distributed.types import ShardingType
 
-from .collection import repack_fbgemm_rows
+from .collection import per_feature_views, repack_fbgemm_rows
 
 _CONCAT = torch.ops.shapejit.table_bags_concat
 _CONCAT_OUTPUT = torch.ops.shapejit.table_bags_concat_output
@@ -69,16 +69,8 @@ def feature_slices(indices: Tensor, offsets: Tensor, per_sample_weights: Optiona
         raise ValueError("{}: offsets must be 1-D with F*B+1 entries for F={} features, but has shape {}".format(
             who, num_features, tuple(offsets.shape)))
     batch = (offsets.numel() - 1) // num_features
-    bounds = offsets[::batch].tolist() if batch > 0 else [int(offsets[0])] * (num_features + 1)
-    idx: List[Tensor] = []
-    offs: List[Optional[Tensor]] = []
-    psw: List[Optional[Tensor]] = []
-    for f in range(num_features):
-        start, end = bounds[f], bounds[f + 1]
-        idx.append(indices[start:end])
-        feature_offsets = offsets[f * batch:(f + 1) * batch + 1]
-        offs.append(feature_offsets - start if start else feature_offsets)
-        psw.append(None if per_sample_weights is None else per_sample_weights[start:end])
+    idx, offs, psw = per_feature_views(indices, offsets, per_sample_weights, num_features, batch,
+                                       range(num_features))
     return idx, offs, psw, batch
 
 
