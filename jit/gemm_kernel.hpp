@@ -5,6 +5,9 @@
 // A kernel computes an mr x nc tile per panel, for `panels` consecutive panels of one part:
 //   Y[r, c] = act(sum_k X[r, k] * P[k, c] + bias[c]) * scale
 // where P is a panel of the packed weight ([k][nv * lanes] floats, then the bias row).
+// Quantized kernels (GemmQuant, docs/quantized-linear-semantics.md) read weight codes and a
+// per-column scale from the panel, and for qd8 the input as codes with a per-row scale and zero
+// point; the layout of their panels is written below, next to gemm_panel_bytes.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +42,21 @@ int gemm_accumulator_budget(Isa isa, int nv);
 /// register per row; at most 8 rows).
 int gemm_max_mr(Isa isa, int nv);
 
+/// The operands of a kernel (docs/quantized-linear-semantics.md).
+enum class GemmQuant : int {
+  kF32 = 0,      ///< f32 X, f32 panels
+  kQd8Qc8w = 1,  ///< X as biased u8 codes (per row: scale, zero point); int8 weight codes per
+                 ///< column with a per-column scale; the int32 dot product is exact
+  kQd8Qc4w = 2,  ///< as kQd8Qc8w with int4 weight codes, two per byte
+  kF32Qc8w = 3,  ///< f32 X; int8 weight codes converted to f32 in the kernel (weight-only)
+  kF32Qc4w = 4,  ///< f32 X; int4 weight codes, two per byte (weight-only)
+};
+
+/// True for the forms whose input is quantized per row (an exact int32 accumulator).
+constexpr bool gemm_quantized_input(GemmQuant q) { return q == GemmQuant::kQd8Qc8w || q == GemmQuant::kQd8Qc4w; }
+/// True for the forms with int4 weight codes.
+constexpr bool gemm_int4_weights(GemmQuant q) { return q == GemmQuant::kQd8Qc4w || q == GemmQuant::kF32Qc4w; }
+
 /// Everything generated code is specialised on.
 struct GemmKey {
   Isa isa = Isa::kAvx512;
@@ -50,6 +68,9 @@ struct GemmKey {
   bool scale = false;   ///< multiply by GemmKernelArgs::scale after the activation
   GemmStore store = GemmStore::kRowMajor;
   int prefetch = 0;     ///< software prefetch of the weight stream, bytes ahead (0 = none)
+  GemmQuant quant = GemmQuant::kF32;
+  bool dot = false;     ///< qd8 forms: use the ISA's 4-way int8 dot product (AVX-512 VNNI
+                        ///< vpdpbusd, NEON sdot); false: widen to 16 bits (vpmaddwd, smlal)
 
   int64_t lanes() const { return gemm_lanes(isa); }
   /// Vectors per panel row.
@@ -57,7 +78,8 @@ struct GemmKey {
   /// Valid lanes of the last vector (0 = full).
   int tail() const { return int(nc % lanes()); }
   bool operator==(const GemmKey&) const = default;
-  /// Canonical name, e.g. `gemm.avx512.8x48.k768.bias.gelu.scale.tab.pf512`.
+  /// Canonical name, e.g. `gemm.avx512.8x48.k768.bias.gelu.scale.tab.pf512` (quantized forms add
+  /// `.qd8qc8w`, `.qd8qc4w`, `.f32qc8w` or `.f32qc4w` after the k, and `.dot` at the end).
   std::string name() const;
 };
 
@@ -68,16 +90,75 @@ struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const noexcept;
 };
 
-/// Floats of one panel row (nv vectors, zero-padded past nc).
+/// Floats of one panel row (nv vectors, zero-padded past nc): W, the panel's column count.
 inline int64_t gemm_panel_width(const GemmKey& key) { return key.nv() * key.lanes(); }
 
-/// Bytes of one packed panel: k rows of gemm_panel_width floats, then (when key.bias) one
-/// bias row, rounded up to 64 bytes so every panel starts on a cache line. Packing and the
-/// emitter both use this, so consecutive panels are exactly this far apart.
-inline int64_t gemm_panel_bytes(const GemmKey& key) {
-  const int64_t rows = key.k + (key.bias ? 1 : 0);
-  return (rows * gemm_panel_width(key) * 4 + 63) / 64 * 64;
+/// K rounded up to what one step of the kernel's k loop consumes: 4 for kQd8Qc8w (a 4-byte
+/// group per column, as vpdpbusd and sdot take it), 8 for kQd8Qc4w, 2 for kF32Qc4w, else 1.
+/// Codes past k are zero in the panels, so the padded steps add nothing.
+inline int64_t gemm_k_group(GemmQuant q) {
+  switch (q) {
+    case GemmQuant::kQd8Qc8w: return 4;
+    case GemmQuant::kQd8Qc4w: return 8;
+    case GemmQuant::kF32Qc4w: return 2;
+    default: return 1;
+  }
 }
+inline int64_t gemm_padded_k(const GemmKey& key) {
+  const int64_t g = gemm_k_group(key.quant);
+  return (key.k + g - 1) / g * g;
+}
+
+// Panel layouts, W = gemm_panel_width(key), kp = gemm_padded_k(key); columns past nc and rows
+// past k hold zero codes, zero sums, zero scales and zero bias.
+//   kF32     k rows of W floats (row kk = W[c, kk] for each column c), then the bias row.
+//   kQd8Qc8w codes: for each group g < kp/4, for each column c, the 4 bytes W[c, 4g .. 4g+3];
+//            then int32 colsum[W] (sum over kk < k of the column's codes), f32 wscale[W],
+//            and f32 bias[W] when key.bias.
+//   kQd8Qc4w codes: for each group g < kp/8, for each column c, 4 bytes; byte j holds code
+//            W[c, 8g+j] in its low nibble and W[c, 8g+4+j] in its high nibble (two's
+//            complement nibbles); then colsum, wscale, bias as kQd8Qc8w.
+//   kF32Qc8w codes: k rows of W bytes (row kk: the code of W[c, kk] for each column c); then
+//            f32 wscale[W] and f32 bias[W] when key.bias.
+//   kF32Qc4w codes: kp/2 rows of W bytes; byte (j, c) holds W[c, 2j] in its low nibble and
+//            W[c, 2j+1] in its high nibble; then wscale and bias as kF32Qc8w.
+// The parts follow each other without padding; the panel is rounded up to 64 bytes.
+
+/// Bytes of the codes (or, for kF32, the k float rows) at the start of a panel.
+inline int64_t gemm_panel_code_bytes(const GemmKey& key) {
+  const int64_t w = gemm_panel_width(key);
+  switch (key.quant) {
+    case GemmQuant::kF32: return key.k * w * 4;
+    case GemmQuant::kQd8Qc8w: return gemm_padded_k(key) * w;
+    case GemmQuant::kQd8Qc4w: return gemm_padded_k(key) * w / 2;
+    case GemmQuant::kF32Qc8w: return key.k * w;
+    case GemmQuant::kF32Qc4w: return gemm_padded_k(key) * w / 2;
+  }
+  return 0;
+}
+
+/// Byte offsets inside a panel of the per-column vectors that follow the codes (-1 = absent).
+struct GemmPanelOffsets {
+  int64_t colsum = -1;  ///< int32[W], qd8 forms
+  int64_t wscale = -1;  ///< f32[W], quantized forms
+  int64_t bias = -1;    ///< f32[W], when key.bias
+  int64_t end = 0;      ///< bytes used, before the rounding to 64
+};
+inline GemmPanelOffsets gemm_panel_offsets(const GemmKey& key) {
+  const int64_t row = gemm_panel_width(key) * 4;
+  GemmPanelOffsets o;
+  int64_t at = gemm_panel_code_bytes(key);
+  if (gemm_quantized_input(key.quant)) o.colsum = at, at += row;
+  if (key.quant != GemmQuant::kF32) o.wscale = at, at += row;
+  if (key.bias) o.bias = at, at += row;
+  o.end = at;
+  return o;
+}
+
+/// Bytes of one packed panel (gemm_panel_offsets().end rounded up to 64 bytes, so every panel
+/// starts on a cache line). Packing and the emitters both use this, so consecutive panels are
+/// exactly this far apart.
+inline int64_t gemm_panel_bytes(const GemmKey& key) { return (gemm_panel_offsets(key).end + 63) / 64 * 64; }
 
 /// Run-time arguments of one kernel call: rows [row0, row0 + mr) of X against `panels`
 /// consecutive panels.
@@ -91,6 +172,14 @@ struct GemmKernelArgs {
   const int64_t* row_off;  ///< kTable: byte offsets of rows row0 .. row0 + mr - 1
   const int64_t* col_off;  ///< kTable: byte offsets of the column vectors, the first panel's first
   float scale;             ///< read when key.scale
+  // Appended for the qd8 forms (ignored by the others): per row r of the block,
+  //   acc[r, c] = sum over kk < kp of u[r, kk] * code[c, kk]  -  x_zero[r] * colsum[c]
+  // (exact in int32), with `a` pointing at u8 codes u = q + 128 (each row readable to kp bytes,
+  // `lda` bytes apart) and x_zero[r] = z[r] + 128, the row's zero point in the same biased form;
+  // then y = float(acc) * (x_scale[r] * wscale[c]) + bias[c], each product and the sum rounded
+  // to f32 on its own (no fused multiply-add), then the activation and the scale.
+  const float* x_scale;    ///< per-row scales of rows row0 .. row0 + mr - 1
+  const int32_t* x_zero;   ///< their biased zero points
 };
 static_assert(std::is_standard_layout_v<GemmKernelArgs>);
 

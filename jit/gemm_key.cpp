@@ -1,8 +1,9 @@
 // GemmKey's canonical name, its inverse and its hash: the one place the name format lives.
 //
-// Format: gemm.<isa>.<mr>x<nc>.k<K>[.bias][.<act>][.scale][.tab][.pf<N>]
-// with <act> one of relu, gelu, gelu_tanh, silu (absent for none). Suffixes appear in that
-// order; parse_gemm_key accepts only canonical names.
+// Format: gemm.<isa>.<mr>x<nc>.k<K>[.<quant>][.bias][.<act>][.scale][.tab][.pf<N>][.dot]
+// with <quant> one of qd8qc8w, qd8qc4w, f32qc8w, f32qc4w (absent for f32) and <act> one of
+// relu, gelu, gelu_tanh, silu (absent for none). Suffixes appear in that order;
+// parse_gemm_key accepts only canonical names.
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -27,6 +28,20 @@ std::string_view act_name(Activation a) {
     case Activation::kGelu: return "gelu";
     case Activation::kGeluTanh: return "gelu_tanh";
     case Activation::kSilu: return "silu";
+  }
+  return "?";
+}
+
+constexpr GemmQuant kQuantForms[] = {GemmQuant::kQd8Qc8w, GemmQuant::kQd8Qc4w, GemmQuant::kF32Qc8w,
+                                     GemmQuant::kF32Qc4w};
+
+std::string_view quant_name(GemmQuant q) {
+  switch (q) {
+    case GemmQuant::kF32: return "f32";
+    case GemmQuant::kQd8Qc8w: return "qd8qc8w";
+    case GemmQuant::kQd8Qc4w: return "qd8qc4w";
+    case GemmQuant::kF32Qc8w: return "f32qc8w";
+    case GemmQuant::kF32Qc4w: return "f32qc4w";
   }
   return "?";
 }
@@ -76,6 +91,10 @@ std::string GemmKey::name() const {
   s += isa_name(isa);
   s += '.' + std::to_string(mr) + 'x' + std::to_string(nc);
   s += ".k" + std::to_string(k);
+  if (quant != GemmQuant::kF32) {
+    s += '.';
+    s += quant_name(quant);
+  }
   if (bias) s += ".bias";
   if (act != Activation::kNone) {
     s += '.';
@@ -84,6 +103,7 @@ std::string GemmKey::name() const {
   if (scale) s += ".scale";
   if (store == GemmStore::kTable) s += ".tab";
   if (prefetch != 0) s += ".pf" + std::to_string(prefetch);
+  if (dot) s += ".dot";
   return s;
 }
 
@@ -110,6 +130,12 @@ std::optional<GemmKey> parse_gemm_key(std::string_view name) {
 
   // Optional suffixes in canonical order: each stage may match at most once.
   size_t i = 4;
+  for (GemmQuant q : kQuantForms)
+    if (i < p.size() && p[i] == quant_name(q)) {
+      key.quant = q;
+      ++i;
+      break;
+    }
   if (i < p.size() && p[i] == "bias") key.bias = true, ++i;
   for (Activation a : kActivations)
     if (i < p.size() && p[i] == act_name(a)) {
@@ -125,6 +151,7 @@ std::optional<GemmKey> parse_gemm_key(std::string_view name) {
     key.prefetch = int(*pf);
     ++i;
   }
+  if (i < p.size() && p[i] == "dot") key.dot = true, ++i;
   if (i != p.size()) return std::nullopt;
   return key;
 }
@@ -137,6 +164,7 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const noexcept {
   mix(uint64_t(k.nc));
   mix(uint64_t(k.bias) | uint64_t(k.scale) << 1 | uint64_t(k.store) << 2 | uint64_t(k.act) << 4);
   mix(uint64_t(k.prefetch));
+  mix(uint64_t(k.quant) | uint64_t(k.dot) << 8);
   return h;
 }
 
