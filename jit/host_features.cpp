@@ -101,6 +101,7 @@ HostFeatures read_host_features() {
     f.avx512dq = (b & bit_AVX512DQ) != 0;
     f.avx512bw = (b & bit_AVX512BW) != 0;
     f.avx512vl = (b & bit_AVX512VL) != 0;
+    f.avx512vnni = (c & (1u << 11)) != 0;
   }
   if (osxsave) {  // xgetbv faults unless the OS set CR4.OSXSAVE, which this bit reports
     constexpr uint64_t kSseYmm = 0x6, kOpmaskZmm = 0xE0;
@@ -113,6 +114,9 @@ HostFeatures read_host_features() {
   f.arm = true;
 #if defined(SHAPEJIT_A64_HWCAP)
   f.asimd = (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#if defined(HWCAP_ASIMDDP)
+  f.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
 #else
   f.asimd = true;  // no way to ask; Advanced SIMD is part of every AArch64 ABI we build for
 #endif
@@ -133,6 +137,13 @@ std::string isa_unsupported_reason(const HostFeatures& host, Isa isa) {
   if (std::string missing = join_missing(&host, rule->os); !missing.empty())
     return "the OS has not enabled the " + missing + " register state (XCR0)";
   return "";
+}
+
+bool host_has_int8_dot(const HostFeatures& host, Isa isa) {
+  if (!isa_unsupported_reason(host, isa).empty()) return false;
+  if (isa == Isa::kAvx512) return host.avx512vnni;
+  if (isa == Isa::kNeon) return host.dotprod;
+  return false;
 }
 
 std::string isa_requirement(Isa isa) {

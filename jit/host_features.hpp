@@ -18,6 +18,9 @@ struct HostFeatures {
   bool os_avx_state = false;     ///< OSXSAVE set and XCR0 enables the xmm and ymm state
   bool os_avx512_state = false;  ///< XCR0 also enables the opmask and zmm state
   bool asimd = false;
+  // Optional extensions a kernel variant may use (GemmKey::dot); no ISA requires them.
+  bool avx512vnni = false;  ///< vpdpbusd (CPUID.7.0:ECX bit 11)
+  bool dotprod = false;     ///< AArch64 sdot/udot (HWCAP_ASIMDDP)
 
   bool operator==(const HostFeatures&) const = default;
 };
@@ -38,6 +41,10 @@ std::string isa_requirement(Isa isa);
 
 /// True when this host can run code for `isa` (kScalar always).
 bool host_runs(Isa isa);
+
+/// True when this host can run `isa`'s 4-way int8 dot product (the GemmKey::dot variant):
+/// AVX-512 with VNNI, NEON with dotprod.
+bool host_has_int8_dot(const HostFeatures& host, Isa isa);
 
 /// The CPU's name as it reports it ("AMD EPYC 7B13"), or "" when it gives none.
 std::string host_cpu_name();
