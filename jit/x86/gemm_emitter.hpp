@@ -1,5 +1,5 @@
-// x86 linear-group microkernel generator: one emitter for AVX-512 (zmm, k-mask tails) and AVX2
-// (ymm, vmaskmovps tails), parameterised by the vector width.
+// x86 back end of the GEMM skeleton (jit/gemm_skeleton.hpp): one emitter for AVX-512 (zmm, k-mask
+// tails) and AVX2 (ymm, vmaskmovps tails), parameterised by the vector width.
 #pragma once
 
 #include <asmjit/x86.h>
@@ -8,81 +8,91 @@
 #include <vector>
 
 #include "jit/gemm_kernel.hpp"
-#include "jit/kernel_emitter.hpp"
+#include "jit/gemm_skeleton.hpp"
 #include "jit/x86/vec_traits.hpp"
 
 namespace shapejit::jit {
 
-/// Emits the kernel for one GemmKey into a CodeHolder initialised for x86-64.
-///
-/// Shape of the code: a loop over panels; per panel, mr x nv accumulators (times `sets` when
-/// the tile alone has too few independent FMA chains) start from the bias (or zero), the k
-/// loop broadcasts one float of each X row and multiplies it into the panel row's nv vectors,
-/// then the epilogue combines the sets, applies the activation (relu inline, the others
-/// through SLEEF's vector functions with the tile spilled to an aligned stack area), scales and
-/// stores. Steps: load_args, panel_loop (zero, k_loop, combine, activation, scale, store,
-/// next_panel), finish, constants.
-class X86GemmEmitter : private KernelEmitter {
+/// The x86 primitives of the GEMM skeleton. The k step takes one k: the panel row's nv vectors
+/// are loaded, then each X row's float is broadcast (or, AVX-512 with one vector, folded into
+/// the FMA's memory operand) and multiplied in. A small tile gets several partial-sum sets so
+/// both FMA pipes stay busy. X and Y rows 0..7 are addressed from two bases and two strides.
+/// Activation calls follow the System V AMD64 ABI: the tile is spilled to a 64-byte aligned
+/// stack area; across calls only args_, b_, panels_, cur_ and sp_save_ live, in callee-saved
+/// registers.
+class X86GemmEmitter final : public GemmSkeleton {
  public:
   X86GemmEmitter(const GemmKey& key, asmjit::CodeHolder& code);
-  /// Emits the whole kernel; throws shapejit::Error (kUnsupported / kInternalError).
-  void generate();
 
  private:
-  // Planning (no code emitted).
-  void plan();
-  void plan_registers();
+  // Planning and frame (gemm_emitter.cpp).
+  asmjit::BaseEmitter& attach_assembler() override { return a_; }
+  void check_isa() const override;
+  int64_t plan_sets() const override;
+  int64_t k_step_width() const override { return 1; }
+  int64_t k_loop_steps() const override { return sets() * ((4 + sets() - 1) / sets()); }
+  void plan_registers() override;
+  void emit_prolog_frame() override;
+  void load_args() override;
+  void finish() override;
+  void emit_data() override;
 
-  // The named steps, in emission order.
-  void emit_load_args();
-  void emit_panel_loop();
-  void emit_row_pointers(const asmjit::x86::Mem& stride);
-  void emit_zero();
-  void emit_k_loop();
-  void emit_k_step(int64_t step, int64_t set, int32_t a_disp, int32_t b_disp);
-  void emit_combine_sets();
-  void emit_activation();
-  void emit_sleef_activation();
-  void emit_scale();
-  void emit_store();
-  void emit_store_row_major();
-  void emit_store_table();
-  void emit_next_panel();
-  void emit_finish();
-  void emit_constants();
+  // Loops and the k step (gemm_emitter.cpp).
+  int64_t panel_loop_alignment() const override { return 64; }
+  void point_at_x_rows() override;
+  void panel_loop_end(const asmjit::Label& top) override;
+  void k_loop_begin(int64_t iterations) override;
+  void k_loop_end(int64_t k, const asmjit::Label& top) override;
+  void zero_vec(uint32_t vec) override;
+  void load_bias(uint32_t dst, int64_t row, int64_t v, int64_t offset) override;
+  void load_weight_row(int64_t b_off) override;
+  void prefetch_weights(int64_t offset) override;
+  GemmXOperand broadcast_x(const GemmKStep& s, int64_t row, int64_t kk) override;
+  void fma(uint32_t acc, int64_t v, const GemmXOperand& x) override;
+
+  // Epilogue, activation calls and stores (gemm_emitter_epilogue.cpp).
+  uint32_t free_vec(int which) const override { return which == 0 ? bv_[0] : bc_[1]; }
+  void add_vec(uint32_t dst, uint32_t a, uint32_t b) override;
+  void max_with_zero(uint32_t acc, uint32_t zero) override;
+  void load_scale(uint32_t dst) override;
+  void mul_scale(uint32_t acc, uint32_t scale) override;
+  void spill_vec(int64_t slot, uint32_t src) override;
+  void reload_vec(uint32_t dst, int64_t slot) override;
+  void act_binary(ActOp::Kind kind, uint32_t dst, uint32_t a, uint32_t b) override;
+  void act_const(ActOp::Kind kind, uint32_t dst, uint32_t a, float value) override;
+  void act_neg(uint32_t dst, uint32_t a) override;
+  void call_math(VectorMathFn fn) override;
+  void prepare_tail_store() override;
+  void point_at_output_rows() override;
+  void store_row_major(uint32_t src, int64_t row, int64_t v) override;
+  void load_table_columns() override;
+  void load_table_row(int64_t row) override;
+  void store_table(uint32_t src, int64_t v) override;
+  void advance_panel(int64_t b_bytes, int64_t cur_bytes) override;
 
   // Small helpers.
   asmjit::x86::Vec vec(uint32_t id) const;
-  uint32_t acc(int64_t set, int64_t row, int64_t v) const;
   asmjit::x86::Mem row_mem(int64_t row, int32_t disp) const;  // X or Y row through p0/p3/ld/ld3
+  asmjit::x86::Mem arg(size_t offset) const;                  // a GemmKernelArgs field
+  void point_rows(const asmjit::x86::Mem& stride);            // ld_, ld3_, p3_ from p0_
   void store_vec(const asmjit::x86::Mem& dst, int64_t v, uint32_t src);
-  void zero(uint32_t id);
   asmjit::x86::Mem constant(float value);                     // a broadcastable pool entry
-  void op_const(uint32_t inst_id, uint32_t dst, uint32_t src, float value, uint32_t tmp);
-  bool calls_sleef() const;
+  void op_const(uint32_t inst_id, uint32_t dst, uint32_t src, float value);
+  asmjit::x86::Mem slot_mem(int64_t slot) const;
 
-  GemmKey key_;
   X86VecTraits t_;
-  int64_t lanes_, vbytes_, nv_, tail_, mr_;
-  int64_t sets_ = 1;                      // accumulator sets the k steps rotate over
-  int64_t unroll_ = 1, iterations_ = 0;   // k loop: iterations_ x unroll_ steps, then the rest
-  int64_t row_bytes_ = 0;                 // bytes of one panel row
-  int64_t b_consumed_ = 0;                // bytes b_ has advanced within the current panel
-  int64_t spill_bytes_ = 0;               // aligned stack area for the SLEEF epilogue
+  int64_t vbytes_;
+  int64_t spill_bytes_ = 0;  // aligned stack area for the activation calls
 
   asmjit::x86::Assembler a_;
   RegPool gp_, vecs_, kregs_;
-  // General-purpose registers by role. Across SLEEF calls only args_, b_, panels_, cur_ and
-  // sp_save_ live; they are callee-saved whenever the key calls out.
   asmjit::x86::Gp args_, b_, panels_, cur_, sp_save_, p0_, p3_, ld_, ld3_, kcnt_;
   std::vector<asmjit::x86::Gp> tcol_;  // kTable: one column pointer per vector
-  // Vector registers by role.
-  std::vector<uint32_t> acc_;   // [set][row][vector]
-  std::vector<uint32_t> bv_;    // one panel row
-  std::vector<uint32_t> bc_;    // broadcast temporaries (rotated)
+  std::vector<uint32_t> bv_;           // one panel row
+  std::vector<uint32_t> bc_;           // broadcast temporaries (rotated)
   asmjit::x86::KReg k_tail_;
   asmjit::Label pool_;
-  std::vector<uint32_t> pool_bits_;  // constants, one float each
+  std::vector<uint32_t> pool_bits_;    // constants, one float each
   asmjit::Label mask_table_;
 };
 
