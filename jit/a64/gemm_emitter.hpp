@@ -1,5 +1,5 @@
-// AArch64 (NEON) linear-group microkernel generator: the contract of jit/gemm_kernel.hpp with
-// 4-float vectors, by-element FMAs and SLEEF's advsimd functions for the activations.
+// AArch64 (NEON) back end of the GEMM skeleton (jit/gemm_skeleton.hpp): 4-float vectors,
+// by-element FMAs and SLEEF's advsimd functions for the activations.
 #pragma once
 
 #include <asmjit/core.h>
@@ -8,68 +8,74 @@
 #include <cstdint>
 #include <vector>
 
-#include "jit/a64/prefetch.hpp"
 #include "jit/gemm_kernel.hpp"
-#include "jit/kernel_emitter.hpp"
+#include "jit/gemm_skeleton.hpp"
 
 namespace shapejit::jit {
 
-/// Emits the NEON kernel for one GemmKey into a CodeHolder initialised for AArch64 (on any host).
-///
-/// Shape of the code: a loop over panels; per panel, mr x nv accumulators start from the bias
-/// (or zero); the k loop takes four k at a time: one q load of each X row holds X[r, k..k+3],
-/// and `fmla acc, w, x.s[lane]` multiplies lane kk into the panel row k+kk (no broadcasts);
-/// the last K % 4 k load single floats. The epilogue applies the activation (relu as fmax, the
-/// others through SLEEF with the tile spilled to the stack), scales and stores (row-major with
-/// exact-width tails, or through the offset tables). Steps: load_args, panel_loop (init,
-/// k_loop, activation, scale, store, next_panel), finish.
+/// The NEON primitives of the GEMM skeleton (on any host: other hosts cross-emit). The k step
+/// takes four k at a time: one q load of each X row holds X[r, k..k+3], and
+/// `fmla acc, w, x.s[lane]` multiplies lane kk into the panel row k+kk (no broadcasts); the last
+/// K % 4 k load single floats. Stores are row-major with exact-width tails, or through the
+/// offset tables. One set of accumulators (plan_sets() stays 1).
 /// Registers: AAPCS64 as in the embedding-bag emitter; kernels that call SLEEF keep their loop
 /// state in x19-x22 and save x30 (the frame does both).
-class A64GemmEmitter : private KernelEmitter {
+class A64GemmEmitter final : public GemmSkeleton {
  public:
   A64GemmEmitter(const GemmKey& key, asmjit::CodeHolder& code);
-  /// Emits the whole kernel; throws shapejit::Error (kUnsupported / kInternalError).
-  void generate();
 
  private:
-  // Planning (no code emitted).
-  void plan();
-  void plan_registers();
+  // Planning and frame (gemm_emitter.cpp).
+  asmjit::BaseEmitter& attach_assembler() override { return a_; }
+  void check_isa() const override;
+  int64_t k_step_width() const override { return 4; }
+  int64_t k_loop_steps() const override { return 1; }
+  void plan_registers() override;
+  void emit_prolog_frame() override;
+  void load_args() override;
+  void finish() override;
 
-  // The named steps, in emission order.
-  void emit_load_args();
-  void emit_panel_loop();
-  void emit_row_pointers(const asmjit::a64::Gp& base, size_t stride_arg);
-  void emit_init();
-  void emit_k_loop();
-  void emit_k_group(int64_t a_off, int64_t b_off, bool post_increment);
-  void emit_k_single(int64_t a_off, int64_t b_off);
-  void emit_panel_row(int64_t b_off);
-  void emit_activation();
-  void emit_sleef_activation();
-  void emit_scale();
-  void emit_store();
-  void emit_store_row_major();
-  void emit_store_table();
-  void emit_next_panel();
-  void emit_finish();
+  // Loops and the k step (gemm_emitter.cpp).
+  int64_t panel_loop_alignment() const override { return 16; }
+  void point_at_x_rows() override;
+  void panel_loop_end(const asmjit::Label& top) override;
+  void k_loop_begin(int64_t iterations) override;
+  void k_loop_end(int64_t k, const asmjit::Label& top) override;
+  void zero_vec(uint32_t vec) override;
+  void load_bias(uint32_t dst, int64_t row, int64_t v, int64_t offset) override;
+  void load_x(const GemmKStep& s) override;
+  void load_weight_row(int64_t b_off) override;
+  void prefetch_weights(int64_t offset) override;
+  GemmXOperand broadcast_x(const GemmKStep& s, int64_t row, int64_t kk) override;
+  void fma(uint32_t acc, int64_t v, const GemmXOperand& x) override;
+
+  // Epilogue, activation calls and stores (gemm_emitter_epilogue.cpp).
+  uint32_t free_vec(int which) const override { return which == 0 ? bv_[0] : av_[0]; }
+  void add_vec(uint32_t dst, uint32_t a, uint32_t b) override;
+  void max_with_zero(uint32_t acc, uint32_t zero) override;
+  void load_scale(uint32_t dst) override;
+  void mul_scale(uint32_t acc, uint32_t scale) override;
+  void spill_vec(int64_t slot, uint32_t src) override;
+  void reload_vec(uint32_t dst, int64_t slot) override;
+  void act_binary(ActOp::Kind kind, uint32_t dst, uint32_t a, uint32_t b) override;
+  void act_const(ActOp::Kind kind, uint32_t dst, uint32_t a, float value) override;
+  void act_neg(uint32_t dst, uint32_t a) override;
+  void call_math(VectorMathFn fn) override;
+  void point_at_output_rows() override;
+  void store_row_major(uint32_t src, int64_t row, int64_t v) override;
+  void load_table_columns() override;
+  void load_table_row(int64_t row) override;
+  void store_table(uint32_t src, int64_t v) override;
+  void advance_panel(int64_t b_bytes, int64_t cur_bytes) override;
 
   // Small helpers.
-  uint32_t acc(int64_t row, int64_t v) const { return acc_[size_t(row * nv_ + v)]; }
+  void point_rows(const asmjit::a64::Gp& base, size_t stride_arg);  // rows_ from base + stride
   void add_imm(const asmjit::a64::Gp& dst, const asmjit::a64::Gp& src, int64_t value);
   void load_arg(const asmjit::a64::Gp& dst, size_t offset);
   void load_constant(uint32_t vec_id, float value);
   void store_vec(uint32_t src, const asmjit::a64::Mem& dst, int64_t v);
-  void prefetch(int64_t offset);
-  bool calls_sleef() const;
 
-  GemmKey key_;
-  int64_t nv_, tail_, mr_;
-  int64_t row_bytes_ = 0;    // bytes of one panel row
-  int64_t b_consumed_ = 0;   // bytes b_ has advanced within the current panel
-  int64_t spill_bytes_ = 0;  // stack area for the SLEEF epilogue
-  bool loop_k_ = false;      // the k groups run in a loop (else fully unrolled)
-  int64_t groups_ = 0, rest_ = 0;
+  int64_t spill_bytes_ = 0;  // stack area for the activation calls
 
   asmjit::a64::Assembler a_;
   RegPool gp_, vecs_;
@@ -77,8 +83,6 @@ class A64GemmEmitter : private KernelEmitter {
   asmjit::a64::Gp args_, b_, panels_, cur_, ld_, kcnt_, scratch_;
   std::vector<asmjit::a64::Gp> rows_;   // X (then Y) row pointers, one per row
   std::vector<asmjit::a64::Gp> tcol_;   // kTable: one column pointer per vector
-  // Vector registers by role.
-  std::vector<uint32_t> acc_;  // [row][vector]
   std::vector<uint32_t> bv_;   // one panel row
   std::vector<uint32_t> av_;   // per row: X[r, k..k+3] (or one float)
 };
