@@ -51,14 +51,19 @@ struct GemmXOperand {
 ///  - the k step: kF32 runs emit_f32_k_step (load_x, load_weight_row, broadcast_x, fma); any
 ///    other form calls quant_k_step, which the back end implements for its forms (int8 dot
 ///    products into int32 accumulators for qd8, code conversion then FMA for the weight-only
-///    forms). weight_bytes() already follows each form's panel layout, so the loop, the
-///    prefetch helper and the panel advance need nothing new; x_bytes_per_k() is the back
-///    end's (f32: 4, qd8: 1 byte per k).
+///    forms), with k_step_width() the form's k group (gemm_k_group) so no single-k rest is
+///    left: the loop runs over gemm_padded_k. weight_bytes() already follows each form's panel
+///    layout, so the loop, the prefetch helper and the panel advance need nothing new; how far
+///    the X rows move per k (f32: 4 bytes, qd8: 1) stays inside the back end's k_loop_end and
+///    its step.
+///  - the accumulators start at zero (no bias) for these forms; the sets are combined with
+///    add_vec before the pre-epilogue, so a form with int32 accumulators either keeps
+///    plan_sets() at 1 or makes add_vec an integer add for it.
 ///  - the pre-epilogue: dequantize() turns the combined accumulators into f32 (qd8:
-///    f32(acc) * f32(x_scale[r] * wscale[c]); weight-only: acc * wscale[c]), then add_bias()
-///    adds the panel's bias row (gemm_panel_offsets().bias) when key.bias. Everything after
-///    (activation, scale, stores, next panel) is shared unchanged.
-///  - plan_sets() may keep 1 for forms whose accumulators must stay exact (one int32 chain).
+///    f32(acc) * f32(x_scale[r] * wscale[c]), each product rounded, no FMA; weight-only:
+///    acc * wscale[c]), then add_bias() adds the panel's bias vector (gemm_panel_offsets().bias)
+///    when key.bias. Everything after it (activation, scale, stores, next panel) is shared
+///    unchanged, and so is the frame: calls_out(), spill slots and the recipes.
 class GemmSkeleton : protected KernelEmitter {
  public:
   /// Emits the whole kernel; throws shapejit::Error (kUnsupported / kInternalError).
