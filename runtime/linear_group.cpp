@@ -13,10 +13,13 @@
 #include <vector>
 
 #include "ref/linear_group.hpp"
+#include "ref/linear_group_quant.hpp"
 #include "runtime/c_enum.hpp"
 #include "runtime/engine_stats.hpp"
 #include "runtime/isa_select.hpp"
 #include "runtime/linear_group_exec.hpp"
+#include "runtime/linear_group_input_quant.hpp"
+#include "runtime/linear_weight_quant.hpp"
 #include "runtime/validate_linear_group.hpp"
 #include "shapejit/shapejit.hpp"
 
@@ -57,7 +60,7 @@ void validate_run(const shapejit_linear_group& group, const shapejit_linear_grou
 // it (pack_linear_group's kUnsupported).
 bool try_pack(shapejit_linear_group& group, std::string& why) {
   try {
-    group.packed = pack_linear_group(group.plan.parts, group.plan.isa);
+    group.packed = pack_linear_group(group.plan.parts, group.plan.isa, group.plan.quant);
   } catch (const Error& e) {
     if (e.status() != Status::kUnsupported) throw;
     why = e.what();
@@ -66,20 +69,23 @@ bool try_pack(shapejit_linear_group& group, std::string& why) {
   return true;
 }
 
-// The reference path's own dense copy of every part's weight rows and bias, which the plan's
-// parts then point into, so a run never looks at the caller's memory again.
+// The reference path's own dense copy of every part's f32 weight rows (none for a quantized
+// form: the plan owns its codes) and bias, which the plan's parts then point into, so a run
+// never looks at the caller's memory again.
 void copy_for_reference(shapejit_linear_group& group) {
   size_t floats = 0;
   for (const LinearPartPlan& part : group.plan.parts)
-    floats += size_t(part.n * part.k) + (part.bias ? size_t(part.n) : 0);
+    floats += (part.weight ? size_t(part.n * part.k) : 0) + (part.bias ? size_t(part.n) : 0);
   group.copies.resize(floats);
   float* next = group.copies.data();
   for (LinearPartPlan& part : group.plan.parts) {
-    for (int64_t r = 0; r < part.n; ++r)
-      std::copy_n(part.weight + r * part.ldw, part.k, next + r * part.k);
-    part.weight = next;
-    part.ldw = part.k;
-    next += part.n * part.k;
+    if (part.weight) {
+      for (int64_t r = 0; r < part.n; ++r)
+        std::copy_n(part.weight + r * part.ldw, part.k, next + r * part.k);
+      part.weight = next;
+      part.ldw = part.k;
+      next += part.n * part.k;
+    }
     if (!part.bias) continue;
     std::copy_n(part.bias, part.n, next);
     part.bias = next;
@@ -87,9 +93,15 @@ void copy_for_reference(shapejit_linear_group& group) {
   }
 }
 
-// The packed panels hold the weights and biases: the caller's pointers are not kept.
+// The packed panels hold the weights (or codes) and biases: neither the caller's pointers nor
+// the plan's codes are kept.
 void drop_caller_pointers(LinearGroupPlan& plan) {
-  for (LinearPartPlan& part : plan.parts) part.weight = part.bias = nullptr;
+  for (LinearPartPlan& part : plan.parts) {
+    part.weight = part.bias = part.wscale = nullptr;
+    part.codes = nullptr;
+  }
+  plan.codes = {};
+  plan.scales = {};
 }
 
 // One part of the reference path and its run arguments, as the reference takes them.
@@ -113,9 +125,36 @@ ref::LinearPartView reference_view(const LinearPartPlan& part, const shapejit_li
   return v;
 }
 
+// A quantized part of the reference path: its codes, and for qd8 the run's quantized rows (the
+// same rows the kernels would read, so the integer parts are the engine's).
+ref::QuantPartView reference_quant_view(const LinearGroupPlan& plan, size_t p, const shapejit_linear_group_io& io,
+                                        std::span<const QuantizedInput> quantized) {
+  ref::QuantPartView v;
+  v.f = reference_view(plan.parts[p], io);
+  v.quant = plan.quant;
+  v.codes = plan.parts[p].codes;
+  v.ldc = plan.parts[p].ldc;
+  v.wscale = plan.parts[p].wscale;
+  if (!quantized.empty()) {
+    v.xu = quantized[p].u;
+    v.ldu = quantized[p].ldu;
+    v.x_scale = quantized[p].scale;
+    v.x_zero = quantized[p].zero;
+  }
+  return v;
+}
+
 }  // namespace
 
 std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_desc& desc) {
+  shapejit_linear_group_ex_desc ex{};
+  ex.struct_size = sizeof ex;
+  ex.group = desc;
+  ex.quant = SHAPEJIT_LINEAR_F32;
+  return create_linear_group(ex);
+}
+
+std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_ex_desc& desc) {
   auto group = std::make_unique<shapejit_linear_group>();
   group->plan = plan_linear_group(desc, selected_isa());
   group->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
@@ -129,13 +168,29 @@ std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear
   return group;
 }
 
+void quantize_linear_weights_checked(shapejit_linear_quant quant, const float* w, int64_t rows, int64_t k,
+                                     int64_t stride, int8_t* codes, float* scales) {
+  validate_quantize_weights_args(quant, w, rows, k, stride, codes, scales);
+  quantize_weight_rows(quant, w, rows, k, stride, codes, scales);
+}
+
 void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_group_io* io, int64_t num_io) {
   validate_run(group, io, num_io);
+  const std::span<const shapejit_linear_group_io> ios(io, size_t(num_io));
+  // qd8: every distinct input quantized once, before any output is written (a non-finite row
+  // throws here), for the kernels and the reference alike.
+  std::span<const QuantizedInput> quantized;
+  if (linear_quantized_input(group.plan.quant)) quantized = quantize_run_inputs(ios);
   if (!group.packed.parts.empty()) {
-    run_packed_group(group.packed, std::span(io, size_t(num_io)));
+    run_packed_group(group.packed, ios, {}, quantized);
     return;
   }
-  for (size_t p = 0; p < group.plan.parts.size(); ++p) ref::linear_part(reference_view(group.plan.parts[p], io[p]));
+  for (size_t p = 0; p < group.plan.parts.size(); ++p) {
+    if (group.plan.quant == SHAPEJIT_LINEAR_F32)
+      ref::linear_part(reference_view(group.plan.parts[p], io[p]));
+    else
+      ref::quant_linear_part(reference_quant_view(group.plan, p, io[p], quantized));
+  }
 }
 
 }  // namespace shapejit::rt
@@ -182,6 +237,15 @@ LinearGroup::LinearGroup(const LinearGroupDesc& desc) {
   std::vector<shapejit_linear_part_desc> parts;
   parts.reserve(desc.parts.size());
   for (const LinearPart& p : desc.parts) parts.push_back(p.to_c(desc.form));
+  std::vector<shapejit_linear_weight_codes> codes;
+  codes.reserve(desc.codes.size());
+  for (size_t i = 0; i < desc.codes.size(); ++i) {
+    const LinearWeightCodes& c = desc.codes[i];
+    // A stride of 0 means dense rows of the entry's k (the packed k, or part i's).
+    int64_t k = desc.k;
+    if (desc.form == WeightForm::kSeparate && i < desc.parts.size()) k = desc.parts[i].k;
+    codes.push_back({c.codes, c.stride == 0 ? k : c.stride, c.scales});
+  }
   shapejit_linear_group_desc c{};
   rt::set_c_enum(c.form, desc.form);
   c.weight = desc.weight;
@@ -192,7 +256,20 @@ LinearGroup::LinearGroup(const LinearGroupDesc& desc) {
   c.bias_len = int64_t(desc.bias.size());
   c.parts = parts.data();
   c.num_parts = int64_t(parts.size());
-  group_ = rt::create_linear_group(c).release();
+  shapejit_linear_group_ex_desc ex{};
+  ex.struct_size = sizeof ex;
+  ex.group = c;
+  rt::set_c_enum(ex.quant, desc.quant);
+  ex.codes = codes.empty() ? nullptr : codes.data();
+  ex.num_codes = int64_t(codes.size());
+  group_ = rt::create_linear_group(ex).release();
+}
+
+void quantize_linear_weights(LinearQuant quant, const float* w, int64_t rows, int64_t k, int64_t stride,
+                             int8_t* codes, float* scales) {
+  shapejit_linear_quant q{};
+  rt::set_c_enum(q, quant);
+  rt::quantize_linear_weights_checked(q, w, rows, k, stride == 0 ? k : stride, codes, scales);
 }
 
 LinearGroup::LinearGroup(LinearGroup&& other) noexcept : group_(std::exchange(other.group_, nullptr)) {}

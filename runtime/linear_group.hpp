@@ -24,6 +24,13 @@ namespace shapejit::rt {
 
 /// Validates `desc` and builds a group owning copies of its weights and bias (throws Error).
 std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_desc& desc);
+/// The same with a quantized form: the weights quantized (or the codes copied) and packed once.
+/// Groups whose form no generator takes run the scalar reference (counted, as for f32).
+std::unique_ptr<shapejit_linear_group> create_linear_group(const shapejit_linear_group_ex_desc& desc);
+
+/// Validates the arguments, then quantizes (the public quantize_linear_weights; throws Error).
+void quantize_linear_weights_checked(shapejit_linear_quant quant, const float* w, int64_t rows, int64_t k,
+                                     int64_t stride, int8_t* codes, float* scales);
 
 /// Validates the whole run, then computes every part (throws Error before writing anything).
 void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_group_io* io, int64_t num_io);

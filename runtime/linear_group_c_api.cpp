@@ -24,6 +24,29 @@ shapejit_status shapejit_linear_group_create(const shapejit_linear_group_desc* d
   });
 }
 
+void shapejit_linear_group_ex_init(shapejit_linear_group_ex_desc* desc, const shapejit_linear_group_desc* group) {
+  if (!desc) return;
+  *desc = shapejit_linear_group_ex_desc{};
+  desc->struct_size = sizeof *desc;
+  if (group) desc->group = *group;
+  desc->quant = SHAPEJIT_LINEAR_F32;
+}
+
+shapejit_status shapejit_linear_group_create_ex(const shapejit_linear_group_ex_desc* desc,
+                                                shapejit_linear_group** out) {
+  return shapejit::rt::guarded([&] {
+    require(desc, "desc");
+    require(out, "out");
+    *out = shapejit::rt::create_linear_group(*desc).release();
+  });
+}
+
+shapejit_status shapejit_linear_quantize_weights(shapejit_linear_quant quant, const float* w, int64_t rows, int64_t k,
+                                                 int64_t stride, int8_t* codes, float* scales) {
+  return shapejit::rt::guarded(
+      [&] { shapejit::rt::quantize_linear_weights_checked(quant, w, rows, k, stride, codes, scales); });
+}
+
 shapejit_status shapejit_linear_group_run(const shapejit_linear_group* group, const shapejit_linear_group_io* io,
                                           int64_t num_io) {
   return shapejit::rt::guarded([&] {

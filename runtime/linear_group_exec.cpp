@@ -30,8 +30,10 @@ constexpr int64_t kMaxInputCopyBytes = int64_t(64) << 20;
 struct PartCall {
   const PackedPart* part = nullptr;
   const Io* io = nullptr;
-  const float* a = nullptr;  // X or its padded copy
+  const float* a = nullptr;  // X or its padded copy (qd8: its quantized u8 rows)
   int64_t lda = 0;           // bytes
+  const float* xs = nullptr;    // qd8: per-row scales of the quantized rows
+  const int32_t* xz = nullptr;  // qd8: their biased zero points
   int64_t tables = -1;       // kTable / kScatter: index of the row table in Scratch::tables
   int64_t col_table = -1;    // and of the column table
 };
@@ -74,6 +76,24 @@ thread_local Scratch t_scratch;
 
 // Columns of a kScatter tile: a whole number of panels of every ISA (nc <= 48).
 constexpr int64_t kScatterTileCols = 192;
+
+// Part i's call with its input: X itself, or (qd8) its quantized rows.
+PartCall make_call(const PackedGroup& g, std::span<const Io> io, std::span<const QuantizedInput> quantized, size_t i) {
+  PartCall c;
+  c.part = &g.parts[i];
+  c.io = &io[i];
+  if (quantized.empty()) {
+    c.a = io[i].x;
+    c.lda = io[i].ldx * 4;
+    return c;
+  }
+  const QuantizedInput& q = quantized[i];
+  c.a = reinterpret_cast<const float*>(q.u);  // the kernels read `a` as bytes in the qd8 forms
+  c.lda = q.ldu;
+  c.xs = q.scale;
+  c.xz = q.zero;
+  return c;
+}
 
 bool same_input(const Io& a, const Io& b) {
   return a.x == b.x && a.m == b.m && a.ldx == b.ldx;
@@ -129,6 +149,7 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
   jit::GemmKernelArgs args{};
   args.a = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(c.a) + r * c.lda);
   args.lda = c.lda;
+  if (c.xs) args.x_scale = c.xs + r, args.x_zero = c.xz + r;
   args.b = reinterpret_cast<const float*>(panels + p.offset + s.j0 * p.full_bytes);
   args.panels = s.j1 - s.j0;
   args.scale = p.scale;
@@ -176,9 +197,11 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
 // run_small for a row-major part: run_segment's kRowMajor case with the fields that do not
 // change between row blocks set once (in the tiny calls this bookkeeping costs as much as the
 // kernels). The same kernels with the same arguments, so the same bits.
-void run_small_row_major(const unsigned char* panels, const PackedPart& p, const Io& io) {
+void run_small_row_major(const unsigned char* panels, const PartCall& call) {
+  const PackedPart& p = *call.part;
+  const Io& io = *call.io;
   jit::GemmKernelArgs full{}, edge{};
-  full.lda = edge.lda = io.ldx * 4;
+  full.lda = edge.lda = call.lda;
   full.ldc = edge.ldc = io.ldy * 4;
   full.scale = edge.scale = p.scale;
   full.b = reinterpret_cast<const float*>(panels + p.offset);
@@ -188,8 +211,12 @@ void run_small_row_major(const unsigned char* panels, const PackedPart& p, const
   const int64_t edge_col0 = p.full_panels * p.nc;
   for (int64_t r = 0; r < io.m; r += p.mr) {
     const int rows = int(std::min<int64_t>(p.mr, io.m - r));
-    const float* a = io.x + r * io.ldx;
+    const float* a = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(call.a) + r * call.lda);
     float* c = io.y + r * io.ldy;
+    if (call.xs) {
+      full.x_scale = edge.x_scale = call.xs + r;
+      full.x_zero = edge.x_zero = call.xz + r;
+    }
     if (p.full_panels > 0) {
       full.a = a, full.c = c;
       p.full[size_t(rows - 1)](&full);
@@ -205,7 +232,7 @@ void run_small_row_major(const unsigned char* panels, const PackedPart& p, const
 // edge panel. Same kernels and row blocks as the blocked path, so the same bits. The head-split
 // parts' offset tables are all built before the first part writes, so a failed allocation
 // leaves every output untouched.
-void run_small(const PackedGroup& g, std::span<const Io> io) {
+void run_small(const PackedGroup& g, std::span<const Io> io, std::span<const QuantizedInput> quantized) {
   const int64_t lanes = jit::gemm_lanes(g.isa);
   Scratch* s = nullptr;  // the thread's scratch, touched only for head-split
   for (size_t i = 0; i < io.size(); ++i) {
@@ -216,17 +243,14 @@ void run_small(const PackedGroup& g, std::span<const Io> io) {
       s->calls.assign(io.size(), PartCall{});
     }
     PartCall& c = s->calls[i];
-    c.part = &g.parts[i];
-    c.io = &io[i];
-    c.a = io[i].x;
-    c.lda = io[i].ldx * 4;
+    c = make_call(g, io, quantized, i);
     build_tables(c, s->tables, lanes);
   }
   for (size_t i = 0; i < io.size(); ++i) {
     if (io[i].m == 0) continue;
     const PackedPart& p = g.parts[i];
     if (p.store == PartStore::kRowMajor) {
-      run_small_row_major(g.panels.get(), p, io[i]);
+      run_small_row_major(g.panels.get(), make_call(g, io, quantized, i));
       continue;
     }
     const PartCall& c = s->calls[i];
@@ -352,10 +376,11 @@ void add_group_units(Scratch& s, int32_t b, int32_t e, int64_t row_splits) {
 // Resolves every part for this call into s.calls and sorts the parts with rows into input
 // groups, in order of first appearance: parts with the same input become adjacent in s.order,
 // and each group is a [begin, end) range of it.
-void group_by_input(Scratch& s, const PackedGroup& g, std::span<const Io> io) {
+void group_by_input(Scratch& s, const PackedGroup& g, std::span<const Io> io,
+                    std::span<const QuantizedInput> quantized) {
   s.calls.clear(), s.order.clear(), s.segments.clear(), s.units.clear(), s.tables.clear();
   for (size_t i = 0; i < io.size(); ++i) {
-    s.calls.push_back({&g.parts[i], &io[i], io[i].x, io[i].ldx * 4});
+    s.calls.push_back(make_call(g, io, quantized, i));
     if (io[i].m > 0) s.order.push_back(int32_t(i));
   }
   s.groups.clear();
@@ -391,9 +416,12 @@ void cut_units(Scratch& s, int threads) {
 }
 }  // namespace
 
-void run_packed_group(const PackedGroup& g, std::span<const Io> io, const LinearExecOptions& options) {
-  if (io.size() != g.parts.size())
-    throw Error(Status::kInternalError, "run_packed_group: " + std::to_string(io.size()) + " io entries for " +
+void run_packed_group(const PackedGroup& g, std::span<const Io> io, const LinearExecOptions& options,
+                      std::span<const QuantizedInput> quantized) {
+  if (io.size() != g.parts.size() || (!quantized.empty() && quantized.size() != io.size()) ||
+      quantized.empty() == linear_quantized_input(g.quant))
+    throw Error(Status::kInternalError, "run_packed_group: " + std::to_string(io.size()) + " io entries and " +
+                                            std::to_string(quantized.size()) + " quantized inputs for " +
                                             std::to_string(g.parts.size()) + " parts");
   double flops = 0;
   for (size_t i = 0; i < io.size(); ++i)
@@ -401,13 +429,13 @@ void run_packed_group(const PackedGroup& g, std::span<const Io> io, const Linear
   // Test hook (jit/generated_code_observer.hpp): one atomic load per call when none is set.
   if (flops > 0) jit::notify_generated_code(jit::GeneratedCodeEvent::kRun, g.isa);
   if (flops < options.inline_flops) {
-    run_small(g, io);
+    run_small(g, io, quantized);
     return;
   }
   Scratch& s = t_scratch;
-  group_by_input(s, g, io);
+  group_by_input(s, g, io, quantized);
   for (int32_t pi : s.order) build_tables(s.calls[size_t(pi)], s.tables, jit::gemm_lanes(g.isa));
-  copy_aliasing_inputs(s);
+  if (quantized.empty()) copy_aliasing_inputs(s);  // quantized rows are already a dense copy
   const int threads = engine_threads();
   cut_units(s, threads);
   if (threads <= 1 || s.units.size() <= 1) {

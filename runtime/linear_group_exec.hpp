@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "runtime/linear_group_input_quant.hpp"
 #include "runtime/linear_group_pack.hpp"
 #include "shapejit/shapejit.h"
 
@@ -23,7 +24,9 @@ struct LinearExecOptions {
 /// validated: shapes, strides, no overlap). Parts with equal (x, m, ldx) are run as one GEMM. Runs on the calling
 /// thread when the engine has one thread or the call is small; otherwise on the engine arena.
 /// Both paths use the same kernels and row blocks, so the result is the same bits either way.
+/// qd8 groups (group.quant) take `quantized`, one entry per part (quantize_run_inputs): the
+/// kernels read those rows instead of X; the other forms take none.
 void run_packed_group(const PackedGroup& group, std::span<const shapejit_linear_group_io> io,
-                      const LinearExecOptions& options = {});
+                      const LinearExecOptions& options = {}, std::span<const QuantizedInput> quantized = {});
 
 }  // namespace shapejit::rt

@@ -13,6 +13,8 @@
 #include <utility>
 
 #include "jit/gemm_codegen.hpp"
+#include "jit/gemm_quant_panel.hpp"
+#include "jit/host_features.hpp"
 #include "runtime/engine_arena.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/tsan_sync.hpp"
@@ -50,7 +52,7 @@ void fill_panel(float* panel, const LinearPartPlan& w, int64_t col0, int64_t col
 
 // A part's panel geometry, output store and kernel keys on `isa` (its kernels not yet compiled,
 // its offset not yet placed).
-PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa) {
+PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_quant quant) {
   PackedPart p;
   p.n = w.n;
   p.k = w.k;
@@ -60,7 +62,7 @@ PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa) {
   p.scale = w.scale;
   p.layout = w.layout;
   p.heads = w.heads;
-  const jit::GemmKey base = gemm_part_key(w, isa);
+  const jit::GemmKey base = gemm_part_key(w, isa, quant);
   p.store = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR        ? PartStore::kRowMajor
             : base.store == jit::GemmStore::kTable ? PartStore::kTable
                                                    : PartStore::kScatter;
@@ -111,6 +113,7 @@ void allocate_panels(PackedGroup& g, int64_t bytes) {
 // Copies every part's weights into its panels. Every panel is independent: large groups
 // (decode-sized weights) are packed on the engine.
 void fill_panels(PackedGroup& g, std::span<const LinearPartPlan> parts) {
+  const bool quantized = g.quant != SHAPEJIT_LINEAR_F32;
   const int64_t lanes = jit::gemm_lanes(g.isa);
   std::vector<std::pair<size_t, int64_t>> panels;  // (part, panel)
   for (size_t i = 0; i < parts.size(); ++i)
@@ -119,7 +122,14 @@ void fill_panels(PackedGroup& g, std::span<const LinearPartPlan> parts) {
     const auto [i, j] = panels[index];
     const PackedPart& p = g.parts[i];
     float* panel = reinterpret_cast<float*>(g.panels.get() + p.offset + j * p.full_bytes);
-    if (j < p.full_panels) fill_panel(panel, parts[i], j * p.nc, p.nc, p.nc);
+    if (quantized) {
+      // The one writer of the quantized layouts (the kernel tests use it too).
+      const LinearPartPlan& w = parts[i];
+      const bool full = j < p.full_panels;
+      const int64_t col0 = j * p.nc;
+      jit::pack_quant_panel(full ? p.full_keys[0] : p.edge_keys[0], w.codes + col0 * w.ldc, w.ldc,
+                            full ? p.nc : p.edge_cols, w.wscale + col0, w.bias ? w.bias + col0 : nullptr, panel);
+    } else if (j < p.full_panels) fill_panel(panel, parts[i], j * p.nc, p.nc, p.nc);
     else fill_panel(panel, parts[i], j * p.nc, p.edge_cols, (p.edge_cols + lanes - 1) / lanes * lanes);
   };
   std::shared_ptr<tbb::task_arena> arena;  // null: packed on this thread (also in a forked child)
@@ -148,8 +158,27 @@ bool gemm_isa_supported(jit::Isa isa) {
   return t.gemm_generator && t.family == jit::kBuildFamily;
 }
 
-jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa) {
+jit::GemmQuant gemm_quant(shapejit_linear_quant quant) {
+  switch (quant) {
+    case SHAPEJIT_LINEAR_F32: return jit::GemmQuant::kF32;
+    case SHAPEJIT_LINEAR_QD8_QC8W: return jit::GemmQuant::kQd8Qc8w;
+    case SHAPEJIT_LINEAR_QD8_QC4W: return jit::GemmQuant::kQd8Qc4w;
+    case SHAPEJIT_LINEAR_F32_QC8W: return jit::GemmQuant::kF32Qc8w;
+    case SHAPEJIT_LINEAR_F32_QC4W: return jit::GemmQuant::kF32Qc4w;
+  }
+  throw Error(Status::kInternalError, "linear group: unknown form " + std::to_string(int(quant)));
+}
+
+bool use_int8_dot(jit::Isa isa) {
+  const char* env = std::getenv("SHAPEJIT_INT8_DOT");
+  if (env && std::string(env) == "0") return false;
+  return jit::host_has_int8_dot(jit::host_features(), isa);
+}
+
+jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_quant quant) {
   jit::GemmKey key;
+  key.quant = gemm_quant(quant);
+  key.dot = jit::gemm_quantized_input(key.quant) && use_int8_dot(isa);
   key.isa = isa;
   key.k = w.k;
   key.bias = w.bias != nullptr;
@@ -158,7 +187,11 @@ jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa) {
   const int64_t lanes = jit::gemm_lanes(isa);
   const bool heads = w.layout != SHAPEJIT_LAYOUT_ROW_MAJOR;
   key.store = heads && (w.n / w.heads) % lanes == 0 ? jit::GemmStore::kTable : jit::GemmStore::kRowMajor;
-  key.prefetch = w.n * w.k * 4 > kStreamingBytes ? kStreamPrefetch : 0;
+  // Weight bytes: 4 per f32 weight, 1 per int8 code, 1/2 per int4 code.
+  const int64_t weight_bytes = key.quant == jit::GemmQuant::kF32 ? w.n * w.k * 4
+                               : jit::gemm_int4_weights(key.quant) ? w.n * w.k / 2
+                                                                    : w.n * w.k;
+  key.prefetch = weight_bytes > kStreamingBytes ? kStreamPrefetch : 0;
   return key;
 }
 
@@ -175,14 +208,15 @@ std::vector<jit::GemmKey> PackedGroup::keys() const {
   return unique;
 }
 
-PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa) {
+PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa, shapejit_linear_quant quant) {
   if (!gemm_isa_supported(isa))
     throw Error(Status::kUnsupported, "linear group: no GEMM generator for ISA " + std::string(jit::isa_name(isa)));
   PackedGroup g;
   g.isa = isa;
+  g.quant = quant;
   int64_t offset = 0;
   for (const LinearPartPlan& w : parts) {
-    PackedPart p = lay_out_part(w, isa);
+    PackedPart p = lay_out_part(w, isa, quant);
     for (int r = 1; r <= p.mr; ++r) {
       if (p.full_panels > 0) p.full[size_t(r - 1)] = cached_kernel(p.full_keys[size_t(r - 1)]);
       if (p.edge_cols > 0) p.edge[size_t(r - 1)] = cached_kernel(p.edge_keys[size_t(r - 1)]);

@@ -61,6 +61,7 @@ struct AlignedFree {
 /// (the kernels belong to the GEMM kernel cache, which never frees them).
 struct PackedGroup {
   jit::Isa isa = jit::Isa::kScalar;
+  shapejit_linear_quant quant = SHAPEJIT_LINEAR_F32;  ///< qd8: runs take quantized inputs
   std::vector<PackedPart> parts;
   std::unique_ptr<unsigned char[], AlignedFree> panels;  ///< every part's panels, 64-byte aligned
   int64_t panel_bytes = 0;
@@ -72,14 +73,24 @@ struct PackedGroup {
 /// True when packing supports `isa` on this build (AVX-512 and AVX2 on x86-64).
 bool gemm_isa_supported(jit::Isa isa);
 
+/// The kernels' form of a group's form (GemmKey::quant).
+jit::GemmQuant gemm_quant(shapejit_linear_quant quant);
+
+/// Whether the qd8 kernels of `isa` use the 4-way int8 dot product: the host has it
+/// (jit::host_has_int8_dot) and SHAPEJIT_INT8_DOT=0 is not set (read at each build).
+bool use_int8_dot(jit::Isa isa);
+
 /// The key of part `w`'s kernels on `isa` before rows and panel width are chosen (k, bias,
-/// activation, scale, store and prefetch); exposed for jitdump and tests.
-jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa);
+/// activation, scale, store, prefetch, the form and its dot variant); exposed for jitdump and
+/// tests.
+jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_quant quant = SHAPEJIT_LINEAR_F32);
 
 /// Packs every part and fetches its kernels for `isa` (the host must run it). Throws
 /// shapejit::Error: kUnsupported for an ISA without a generator, a shape beyond it or a kernel
 /// the code-memory limit has no room for; kOutOfMemory, kInternalError.
-/// The arguments are assumed validated (runtime/validate_linear_group).
-PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa);
+/// The arguments are assumed validated (runtime/validate_linear_group). A quantized form packs
+/// the parts' codes (jit::pack_quant_panel); kUnsupported while no generator takes the form.
+PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa isa,
+                              shapejit_linear_quant quant = SHAPEJIT_LINEAR_F32);
 
 }  // namespace shapejit::rt

@@ -3,6 +3,11 @@
 #include "runtime/validate_linear_group.hpp"
 
 #include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,9 +74,20 @@ void require_aligned(const Name& name, const float* data) {
   if (!is_aligned(data, 4)) invalid(misaligned_message(str(name), data, 4, "float32"));
 }
 
-void check_packed_weight(const shapejit_linear_group_desc& d) {
+// `codes`: the weights come as codes (shapejit_linear_group_ex_desc::codes), so the f32 weight
+// must be NULL and its stride is not used (0 or >= k).
+void check_packed_weight(const shapejit_linear_group_desc& d, bool codes) {
   require_at_least("desc.weight_rows", d.weight_rows, 1, "the packed weight must have rows");
   require_at_least("desc.k", d.k, 1, "K must be positive");
+  if (codes) {
+    if (d.weight)
+      invalid("desc.weight = " + hex_address(uintptr_t(d.weight)) +
+              " must be NULL when the weights are given as codes (desc.codes)");
+    if (d.weight_stride != 0 && d.weight_stride < d.k)
+      invalid("desc.weight_stride = " + to_string(d.weight_stride) + " is less than desc.k = " + to_string(d.k) +
+              " (with codes it is not used: pass 0 or >= k)");
+    return;
+  }
   if (d.weight_stride < d.k)
     invalid("desc.weight_stride = " + to_string(d.weight_stride) + " is less than desc.k = " + to_string(d.k) +
             " (rows of the packed weight must not overlap)");
@@ -99,7 +115,7 @@ void check_bias(const shapejit_linear_group_desc& d) {
 }
 
 // Checks one part's own fields against the group's form.
-void check_part(const shapejit_linear_group_desc& d, int64_t p) {
+void check_part(const shapejit_linear_group_desc& d, int64_t p, bool codes) {
   const shapejit_linear_part_desc& part = d.parts[p];
   const std::string name = "desc.parts[" + to_string(p) + "]";
   if (const int64_t a = c_enum_value(part.activation); a < SHAPEJIT_ACTIVATION_NONE || a > SHAPEJIT_ACTIVATION_SILU)
@@ -125,6 +141,14 @@ void check_part(const shapejit_linear_group_desc& d, int64_t p) {
               " (0 means the packed K)");
     if (part.weight_stride != 0)
       invalid(name + ".weight_stride = " + to_string(part.weight_stride) + " must be 0 in the packed form");
+  } else if (codes) {
+    require_at_least(name + ".k", part.k, 1, "K must be positive");
+    if (part.weight)
+      invalid(name + ".weight = " + hex_address(uintptr_t(part.weight)) +
+              " must be NULL when the weights are given as codes (desc.codes)");
+    if (part.weight_stride != 0 && part.weight_stride < part.k)
+      invalid(name + ".weight_stride = " + to_string(part.weight_stride) + " is less than " + name +
+              ".k = " + to_string(part.k) + " (with codes it is not used: pass 0 or >= k)");
   } else {
     require_at_least(name + ".k", part.k, 1, "K must be positive");
     if (part.weight_stride < part.k)
@@ -328,28 +352,181 @@ struct Span {
           (other_is_output ? " (outputs must not alias)" : " (an output must not overlap any input)"));
 }
 
+// ---- Quantized forms ----------------------------------------------------------------------
+
+struct Cell {
+  int64_t row, col;
+  float value;
+};
+
+// The first non-finite value of a strided f32 matrix, in row order.
+std::optional<Cell> first_non_finite(const float* w, int64_t rows, int64_t k, int64_t stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k; ++c)
+      if (!std::isfinite(w[r * stride + c])) return Cell{r, c, w[r * stride + c]};
+  return std::nullopt;
+}
+
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", double(v));
+  return buf;
+}
+
+// Weights quantized at build time must be finite (validated rules: the part's weight exists).
+void check_finite_weights(const shapejit_linear_group_ex_desc& d) {
+  if (d.quant == SHAPEJIT_LINEAR_F32) return;  // f32 groups take any value (NaN propagates)
+  const shapejit_linear_group_desc& g = d.group;
+  if (g.form == SHAPEJIT_WEIGHTS_PACKED) {
+    if (const std::optional<Cell> c = first_non_finite(g.weight, g.weight_rows, g.k, g.weight_stride))
+      invalid("desc.weight[" + to_string(c->row) + ", " + to_string(c->col) + "] = " + float_text(c->value) +
+              " is not finite (a quantized form's weights are quantized from finite values)");
+    return;
+  }
+  for (int64_t p = 0; p < g.num_parts; ++p) {
+    const shapejit_linear_part_desc& part = g.parts[p];
+    if (const std::optional<Cell> c = first_non_finite(part.weight, part.rows, part.k, part.weight_stride))
+      invalid("desc.parts[" + to_string(p) + "].weight[" + to_string(c->row) + ", " + to_string(c->col) +
+              "] = " + float_text(c->value) + " is not finite (a quantized form's weights are quantized from finite values)");
+  }
+}
+
+// One entry of desc.codes: [rows, k] codes within the form's range, finite scales >= 0.
+void check_code_entry(const shapejit_linear_group_ex_desc& d, int64_t i, int64_t rows, int64_t k) {
+  const shapejit_linear_weight_codes& e = d.codes[i];
+  const std::string name = "desc.codes[" + to_string(i) + "]";
+  if (e.stride < k)
+    invalid(name + ".stride = " + to_string(e.stride) + " is less than K = " + to_string(k) +
+            " (rows of codes must not overlap)");
+  int64_t span = 0;
+  if (__builtin_mul_overflow(rows - 1, e.stride, &span) || __builtin_add_overflow(span, k, &span))
+    invalid(name + " spans " + to_string(rows) + " rows of " + to_string(k) + " codes, " + to_string(e.stride) +
+            " bytes apart, whose byte count overflows int64");
+  if (!e.codes) invalid(name + ".codes is NULL but the weight has " + to_string(rows) + " rows");
+  if (!e.scales) invalid(name + ".scales is NULL but the weight has " + to_string(rows) + " rows");
+  require_aligned(name + ".scales", e.scales);
+  const bool int4 = linear_int4_weights(d.quant);
+  const int lo = int4 ? -8 : -127, hi = int4 ? 7 : 127;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k; ++c)
+      if (const int v = e.codes[r * e.stride + c]; v < lo || v > hi)
+        invalid(name + ".codes[" + to_string(r) + ", " + to_string(c) + "] = " + to_string(v) + " is outside [" +
+                to_string(lo) + ", " + to_string(hi) + "] (the " + (int4 ? "int4" : "int8") + " weight codes' range)");
+  for (int64_t r = 0; r < rows; ++r)
+    if (!(std::isfinite(e.scales[r]) && e.scales[r] >= 0.0f))
+      invalid(name + ".scales[" + to_string(r) + "] = " + float_text(e.scales[r]) +
+              " must be finite and >= 0 (a channel's scale)");
+}
+
+void check_codes(const shapejit_linear_group_ex_desc& d) {
+  const shapejit_linear_group_desc& g = d.group;
+  const bool packed = g.form == SHAPEJIT_WEIGHTS_PACKED;
+  const int64_t want = packed ? 1 : g.num_parts;
+  if (d.num_codes != want)
+    invalid("desc.num_codes = " + to_string(d.num_codes) + " but the " + (packed ? "packed" : "separate") +
+            " form takes " + to_string(want) + (packed ? " entry (one code matrix [weight_rows, k])" : " entries (one per part)"));
+  if (packed) {
+    check_code_entry(d, 0, g.weight_rows, g.k);
+    return;
+  }
+  for (int64_t p = 0; p < g.num_parts; ++p) check_code_entry(d, p, g.parts[p].rows, g.parts[p].k);
+}
+
 }  // namespace
 
-void validate_linear_group_desc(const shapejit_linear_group_desc& d) {
+void validate_group_desc(const shapejit_linear_group_desc& d, bool codes) {
   if (const int64_t f = c_enum_value(d.form); f != SHAPEJIT_WEIGHTS_PACKED && f != SHAPEJIT_WEIGHTS_SEPARATE)
     invalid("desc.form = " + to_string(f) + " is not a weight form (0 packed, 1 separate)");
   require_at_least("desc.num_parts", d.num_parts, 1, "a group has at least one part");
   if (!d.parts) invalid("desc.parts is NULL but desc.num_parts = " + to_string(d.num_parts));
   if (d.form == SHAPEJIT_WEIGHTS_PACKED)
-    check_packed_weight(d);
+    check_packed_weight(d, codes);
   else
     check_separate_form(d);
   check_bias(d);
-  for (int64_t p = 0; p < d.num_parts; ++p) check_part(d, p);
+  for (int64_t p = 0; p < d.num_parts; ++p) check_part(d, p, codes);
+}
+
+void validate_linear_group_desc(const shapejit_linear_group_desc& d) { validate_group_desc(d, false); }
+
+shapejit_linear_group_ex_desc complete_linear_group_ex_desc(const shapejit_linear_group_ex_desc& caller) {
+  // The first version is the whole struct of today: nothing is optional yet.
+  constexpr size_t kFirst = offsetof(shapejit_linear_group_ex_desc, num_codes) + sizeof(int64_t);
+  if (caller.struct_size < kFirst || caller.struct_size > sizeof(shapejit_linear_group_ex_desc))
+    invalid("desc.struct_size = " + to_string(caller.struct_size) +
+            " must be sizeof(shapejit_linear_group_ex_desc) of this or an older shapejit (" + to_string(kFirst) +
+            " to " + to_string(sizeof(shapejit_linear_group_ex_desc)) + " bytes)");
+  shapejit_linear_group_ex_desc e{};
+  std::memcpy(&e, &caller, kFirst);  // as bytes: an enum field may hold any int
+  e.struct_size = sizeof e;
+  return e;
+}
+
+void validate_linear_group_ex_desc(const shapejit_linear_group_ex_desc& d) {
+  if (const int64_t q = c_enum_value(d.quant); q < SHAPEJIT_LINEAR_F32 || q > SHAPEJIT_LINEAR_F32_QC4W)
+    invalid("desc.quant = " + to_string(q) +
+            " is not a linear-group form (0 f32, 1 qd8-qc8w, 2 qd8-qc4w, 3 f32-qc8w, 4 f32-qc4w)");
+  const bool codes = d.codes != nullptr;
+  if (d.quant == SHAPEJIT_LINEAR_F32 && (codes || d.num_codes != 0))
+    invalid("desc.codes = " + hex_address(uintptr_t(d.codes)) + " with desc.num_codes = " + to_string(d.num_codes) +
+            " but desc.quant is f32 (codes need a quantized form; pass NULL and 0)");
+  if (!codes && d.num_codes != 0)
+    invalid("desc.num_codes = " + to_string(d.num_codes) + " but desc.codes is NULL (0 when the weights are f32)");
+  validate_group_desc(d.group, codes);
+  const shapejit_linear_group_desc& g = d.group;
+  if (linear_quantized_input(d.quant))
+    for (int64_t p = 0; p < g.num_parts; ++p) {
+      const int64_t k = g.form == SHAPEJIT_WEIGHTS_PACKED ? g.k : g.parts[p].k;
+      if (k > kQd8MaxK)
+        invalid("desc.parts[" + to_string(p) + "].k = " + to_string(k) + " exceeds " + to_string(kQd8MaxK) +
+                " (the qd8 forms' int32 accumulator is exact only up to K = 65536)");
+    }
+  if (codes)
+    check_codes(d);
+  else
+    check_finite_weights(d);
+}
+
+LinearGroupPlan plan_linear_group(const shapejit_linear_group_ex_desc& caller, jit::Isa isa) {
+  const shapejit_linear_group_ex_desc desc = complete_linear_group_ex_desc(caller);
+  validate_linear_group_ex_desc(desc);
+  LinearGroupPlan plan;
+  plan.isa = isa;
+  plan.parts.reserve(size_t(desc.group.num_parts));
+  for (int64_t p = 0; p < desc.group.num_parts; ++p) plan.parts.push_back(resolve_linear_part(desc.group, p));
+  resolve_linear_codes(desc, plan);
+  return plan;
 }
 
 LinearGroupPlan plan_linear_group(const shapejit_linear_group_desc& desc, jit::Isa isa) {
-  validate_linear_group_desc(desc);
-  LinearGroupPlan plan;
-  plan.isa = isa;
-  plan.parts.reserve(size_t(desc.num_parts));
-  for (int64_t p = 0; p < desc.num_parts; ++p) plan.parts.push_back(resolve_linear_part(desc, p));
-  return plan;
+  shapejit_linear_group_ex_desc ex{};
+  ex.struct_size = sizeof ex;
+  ex.group = desc;
+  ex.quant = SHAPEJIT_LINEAR_F32;
+  return plan_linear_group(ex, isa);
+}
+
+void validate_quantize_weights_args(shapejit_linear_quant quant, const float* w, int64_t rows, int64_t k,
+                                    int64_t stride, const int8_t* codes, const float* scales) {
+  auto bad = [](const std::string& m) { throw Error(Status::kInvalidArgument, "quantize_linear_weights: " + m); };
+  if (const int64_t q = c_enum_value(quant); q < SHAPEJIT_LINEAR_QD8_QC8W || q > SHAPEJIT_LINEAR_F32_QC4W)
+    bad("quant = " + to_string(q) + " is not a quantized form (1 qd8-qc8w, 2 qd8-qc4w, 3 f32-qc8w, 4 f32-qc4w)");
+  if (rows < 0) bad("rows = " + to_string(rows) + " must be >= 0");
+  if (k < 1) bad("k = " + to_string(k) + " must be >= 1");
+  if (stride < k) bad("stride = " + to_string(stride) + " is less than k = " + to_string(k) + " (rows must not overlap)");
+  int64_t bytes = 0;
+  if (!matrix_byte_count({rows, k, stride}, bytes))
+    bad("w spans " + to_string(rows) + " rows of " + to_string(k) + " floats, " + to_string(stride) +
+        " apart, whose byte count overflows int64");
+  if (rows == 0) return;
+  if (!w) bad("w is NULL but rows = " + to_string(rows));
+  if (!codes) bad("codes is NULL but rows = " + to_string(rows));
+  if (!scales) bad("scales is NULL but rows = " + to_string(rows));
+  if (!is_aligned(w, 4)) bad(misaligned_message("w", w, 4, "float32"));
+  if (!is_aligned(scales, 4)) bad(misaligned_message("scales", scales, 4, "float32"));
+  if (const std::optional<Cell> c = first_non_finite(w, rows, k, stride))
+    bad("w[" + to_string(c->row) + ", " + to_string(c->col) + "] = " + float_text(c->value) +
+        " is not finite (weights are quantized from finite values)");
 }
 
 void validate_linear_group_run(std::span<const LinearPartPlan> parts, const shapejit_linear_group_io* io,

@@ -16,6 +16,23 @@ namespace shapejit::rt {
 /// (e.g. `desc.parts[1].rows`), its value and the rule.
 void validate_linear_group_desc(const shapejit_linear_group_desc& desc);
 
+/// The caller's ex description with struct_size checked (this or an older shapejit's) and the
+/// fields it does not cover set to their defaults.
+shapejit_linear_group_ex_desc complete_linear_group_ex_desc(const shapejit_linear_group_ex_desc& caller);
+
+/// Every rule of a completed ex description: the form, the group's rules (with codes the f32
+/// weights are NULL), the codes (count, strides, ranges, scales) or, without codes, finite f32
+/// weights, and the qd8 forms' K limit (docs/quantized-linear-semantics.md).
+void validate_linear_group_ex_desc(const shapejit_linear_group_ex_desc& desc);
+
+/// Validates an ex description and resolves every part and its codes (resolve_linear_codes).
+LinearGroupPlan plan_linear_group(const shapejit_linear_group_ex_desc& desc, jit::Isa isa);
+
+/// The arguments of quantize_linear_weights (the form, sizes, pointers, alignment, finite
+/// weights); throws Error(kInvalidArgument) naming the argument.
+void validate_quantize_weights_args(shapejit_linear_quant quant, const float* w, int64_t rows, int64_t k,
+                                    int64_t stride, const int8_t* codes, const float* scales);
+
 /// Validates `desc` and resolves every part for `isa` (resolve_linear_part): the one way a
 /// LinearGroupPlan is made, as plan_embedding_bag makes an EmbagCallPlan. Throws like
 /// validate_linear_group_desc.

@@ -245,6 +245,41 @@ SHAPEJIT_API shapejit_status shapejit_linear_group_run(const shapejit_linear_gro
 /* Frees the group (NULL is a no-op). */
 SHAPEJIT_API shapejit_status shapejit_linear_group_destroy(shapejit_linear_group* group);
 
+/* ---- Quantized linear groups (docs/quantized-linear-semantics.md) ----------------------
+ * The same groups with int8 / int4 weight codes per output channel, and for the qd8 forms the
+ * input quantized to int8 per row at each run (exact int32 accumulation). Running is unchanged:
+ * shapejit_linear_group_run with float32 inputs and outputs. */
+typedef enum { SHAPEJIT_LINEAR_F32 = 0, SHAPEJIT_LINEAR_QD8_QC8W = 1, SHAPEJIT_LINEAR_QD8_QC4W = 2,
+               SHAPEJIT_LINEAR_F32_QC8W = 3, SHAPEJIT_LINEAR_F32_QC4W = 4 } shapejit_linear_quant;
+/* Weight codes [rows, k], one code per int8 byte (also for int4: [-8, 7]; int8: [-127, 127]),
+ * rows stride >= k bytes apart, and one scale >= 0 per row: the weight is scales[r] * code. */
+typedef struct { const int8_t* codes; int64_t stride; const float* scales; } shapejit_linear_weight_codes;
+/* A group description with its quantized form. Set struct_size to
+ * sizeof(shapejit_linear_group_ex_desc) (shapejit_linear_group_ex_init does): later versions
+ * append fields and read only what the caller's struct_size covers. */
+typedef struct {
+  size_t struct_size;
+  shapejit_linear_group_desc group;           /* as for shapejit_linear_group_create */
+  shapejit_linear_quant quant;
+  const shapejit_linear_weight_codes* codes;  /* NULL: the group's f32 weights are quantized at build
+                                                 time; else num_codes entries: */
+  int64_t num_codes;  /* packed form: 1 entry [weight_rows, k] (group.weight NULL); separate form:
+                         num_parts entries [rows, k_p] (each parts[p].weight NULL) */
+} shapejit_linear_group_ex_desc;
+/* struct_size set, group copied from *group (zeros when NULL), quant F32, no codes: the ex
+ * description equal to shapejit_linear_group_create(group). */
+SHAPEJIT_API void shapejit_linear_group_ex_init(shapejit_linear_group_ex_desc* desc,
+                                                const shapejit_linear_group_desc* group);
+/* Validates desc, quantizes or copies the weights, packs them and sets *out; on failure *out is
+ * unchanged. */
+SHAPEJIT_API shapejit_status shapejit_linear_group_create_ex(const shapejit_linear_group_ex_desc* desc,
+                                                             shapejit_linear_group** out);
+/* Quantizes w [rows, k] (rows stride floats apart) per row by the rules of quant (a quantized
+ * form): codes [rows, k] dense, scales [rows]. A non-finite weight is an error naming it. */
+SHAPEJIT_API shapejit_status shapejit_linear_quantize_weights(shapejit_linear_quant quant, const float* w,
+                                                              int64_t rows, int64_t k, int64_t stride,
+                                                              int8_t* codes, float* scales);
+
 /* Engine statistics (counters since the process started): the kernel caches' (embedding bags'
  * and linear groups' GEMM kernels, summed), then fields appended in later versions. */
 typedef struct {

@@ -181,6 +181,28 @@ enum class OutputLayout : int {
 /// Whether the parts' weights are row ranges of one packed weight or one weight each.
 enum class WeightForm : int { kPacked = SHAPEJIT_WEIGHTS_PACKED, kSeparate = SHAPEJIT_WEIGHTS_SEPARATE };
 
+/// The quantized forms of a linear group (docs/quantized-linear-semantics.md).
+enum class LinearQuant : int {
+  kF32 = SHAPEJIT_LINEAR_F32,
+  kQd8Qc8w = SHAPEJIT_LINEAR_QD8_QC8W,  ///< int8 input per row x int8 weights per channel, exact int32
+  kQd8Qc4w = SHAPEJIT_LINEAR_QD8_QC4W,  ///< int8 input per row x int4 weights per channel
+  kF32Qc8w = SHAPEJIT_LINEAR_F32_QC8W,  ///< f32 input x int8 weights (weight-only, decode)
+  kF32Qc4w = SHAPEJIT_LINEAR_F32_QC4W,  ///< f32 input x int4 weights (weight-only, decode)
+};
+
+/// Weight codes given instead of f32 weights: [rows, k], one code per byte, rows stride bytes
+/// apart (0 means k), and one scale per row.
+struct LinearWeightCodes {
+  const int8_t* codes = nullptr;
+  int64_t stride = 0;
+  const float* scales = nullptr;
+};
+
+/// Quantizes w [rows, k] (rows stride floats apart, 0 means k) per row by the rules of `quant`
+/// into codes [rows, k] and scales [rows] (throws Error; outputs untouched on error).
+SHAPEJIT_API void quantize_linear_weights(LinearQuant quant, const float* w, int64_t rows, int64_t k, int64_t stride,
+                                          int8_t* codes, float* scales);
+
 /// One part of a linear group: where its weight and bias rows are, and its epilogue.
 struct SHAPEJIT_API LinearPart {
   int64_t row_begin = 0;          ///< first row in the packed weight and in the packed bias
@@ -205,6 +227,11 @@ struct SHAPEJIT_API LinearGroupDesc {
   int64_t weight_stride = 0;          ///< packed form: 0 means k
   std::span<const float> bias;        ///< empty, or the packed bias (part p reads [row_begin, +rows))
   std::vector<LinearPart> parts;
+  LinearQuant quant = LinearQuant::kF32;  ///< the quantized form (weights quantized at build time
+                                          ///< unless `codes` gives them)
+  /// Empty: quantize the f32 weights. Packed form: one entry [weight_rows, k] (weight null);
+  /// separate form: one per part [rows, k_p] (each part's weight null).
+  std::vector<LinearWeightCodes> codes;
 
   /// Packed form, e.g. nn.MultiheadAttention's in_proj_weight [3E, E] and in_proj_bias [3E].
   static LinearGroupDesc packed(const float* weight, int64_t rows, int64_t k, std::span<const float> bias,
