@@ -53,6 +53,26 @@ at::Tensor dense_rows(const at::Tensor& t, const std::string& name) {
 
 int64_t row_stride(const at::Tensor& t) { return t.size(0) <= 1 ? t.size(1) : t.stride(0); }
 
+// A form's name (docs/quantized-linear-semantics.md) as shapejit_linear_quant.
+shapejit_linear_quant parse_quant(const std::string& s) {
+  if (s == "f32") return SHAPEJIT_LINEAR_F32;
+  if (s == "qd8-qc8w") return SHAPEJIT_LINEAR_QD8_QC8W;
+  if (s == "qd8-qc4w") return SHAPEJIT_LINEAR_QD8_QC4W;
+  if (s == "f32-qc8w") return SHAPEJIT_LINEAR_F32_QC8W;
+  if (s == "f32-qc4w") return SHAPEJIT_LINEAR_F32_QC4W;
+  TORCH_CHECK(false, "shapejit: quant must be 'f32', 'qd8-qc8w', 'qd8-qc4w', 'f32-qc8w' or 'f32-qc4w', but got '", s,
+              "'");
+}
+
+// Weight codes: a 2-D int8 matrix with dense rows (copied only when needed).
+at::Tensor dense_code_rows(const at::Tensor& t, const std::string& name) {
+  check_cpu(t, name.c_str());
+  TORCH_CHECK(t.scalar_type() == at::kChar, "shapejit: ", name, " (codes) must be int8, but got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 2, "shapejit: ", name, " (codes) must be 2-D, but got a ", t.dim(), "-D tensor");
+  const bool ok = (t.size(1) <= 1 || t.stride(1) == 1) && (t.size(0) <= 1 || t.stride(0) >= t.size(1));
+  return ok ? t : t.contiguous();
+}
+
 // What a group's user chose per part; kept to repack and to pickle. Empty lists: defaults.
 struct Settings {
   std::vector<int64_t> rows;
@@ -60,6 +80,8 @@ struct Settings {
   std::vector<int64_t> heads;
   std::vector<double> scales;
   std::vector<std::string> activations;
+  std::string quant = "f32";             // the group's form
+  std::vector<at::Tensor> code_scales;   // non-empty: the weights are int8 codes with these scales
 };
 
 // The version an in-place change bumps (inference tensors have none: they count as 0).
@@ -105,10 +127,27 @@ class Packed {
     check_len(s.activations.size(), "activations");
     if (!packed) check_len(s.rows.size(), "rows");
 
+    const shapejit_linear_quant quant = parse_quant(s.quant);
+    const bool given_codes = !s.code_scales.empty();
+    TORCH_CHECK(!given_codes || quant != SHAPEJIT_LINEAR_F32,
+                "shapejit.LinearGroup: codes need a quantized form, but quant is 'f32'");
+    TORCH_CHECK(!given_codes || s.code_scales.size() == weights.size(), "shapejit.LinearGroup: code_scales holds ",
+                s.code_scales.size(), " tensors for ", weights.size(), " code matrices (one each)");
     std::vector<at::Tensor> w;  // keeps any contiguous copies alive until the group has copied them
+    std::vector<at::Tensor> cs;
+    std::vector<shapejit_linear_weight_codes> codes;
     for (size_t i = 0; i < weights.size(); ++i) {
-      w.push_back(dense_rows(weights[i], "weights[" + std::to_string(i) + "]"));
+      const std::string name = "weights[" + std::to_string(i) + "]";
+      w.push_back(given_codes ? dense_code_rows(weights[i], name) : dense_rows(weights[i], name));
       sources_.emplace_back(weights[i]);
+      if (!given_codes) continue;
+      const at::Tensor& sc = s.code_scales[i];
+      check_cpu(sc, "code_scales");
+      TORCH_CHECK(sc.scalar_type() == at::kFloat && sc.dim() == 1 && sc.size(0) == w[i].size(0),
+                  "shapejit.LinearGroup: code_scales[", i, "] must be a 1-D float32 tensor of ", w[i].size(0),
+                  " scales (one per row of codes), but got ", sc.dim(), "-D ", sc.scalar_type(), " ", sc.sizes());
+      cs.push_back(sc.contiguous());
+      codes.push_back({w[i].data_ptr<int8_t>(), row_stride(w[i]), cs.back().data_ptr<float>()});
     }
     at::Tensor b;
     if (bias.has_value()) {
@@ -128,7 +167,7 @@ class Packed {
       d.row_begin = row;
       row += d.rows;
       if (!packed) {
-        d.weight = w[p].data_ptr<float>();
+        d.weight = given_codes ? nullptr : w[p].data_ptr<float>();
         d.k = w[p].size(1);
         d.weight_stride = row_stride(w[p]);
       }
@@ -142,7 +181,7 @@ class Packed {
     shapejit_linear_group_desc g{};
     g.form = packed ? SHAPEJIT_WEIGHTS_PACKED : SHAPEJIT_WEIGHTS_SEPARATE;
     if (packed) {
-      g.weight = w[0].data_ptr<float>();
+      g.weight = given_codes ? nullptr : w[0].data_ptr<float>();
       g.weight_rows = w[0].size(0);
       g.k = w[0].size(1);
       g.weight_stride = row_stride(w[0]);
@@ -151,7 +190,12 @@ class Packed {
     g.bias_len = b.defined() ? b.numel() : 0;
     g.parts = desc.data();
     g.num_parts = int64_t(parts);
-    check_status(shapejit_linear_group_create(&g, &group_), "LinearGroup");  // validates every rule above
+    shapejit_linear_group_ex_desc ex;
+    shapejit_linear_group_ex_init(&ex, &g);
+    ex.quant = quant;
+    ex.codes = given_codes ? codes.data() : nullptr;
+    ex.num_codes = int64_t(codes.size());
+    check_status(shapejit_linear_group_create_ex(&ex, &group_), "LinearGroup");  // validates every rule above
     for (const shapejit_linear_part_desc& d : desc) parts_.push_back({d.rows, packed ? g.k : d.k, d.layout, d.heads});
   }
 
@@ -231,7 +275,10 @@ class Packed {
   shapejit_linear_group* group_ = nullptr;
 };
 
-// The pickled form: (format 1, weights, bias), (rows, heads, scales), (layouts, activations).
+// The pickled form: (format, weights, bias), (rows, heads, scales), (layouts, activations).
+// Format 1: an f32 group. Format 2: a quantized one; `weights` then holds the weights (or
+// codes), then code_scales (none when built from f32 weights), then one int64 tensor
+// [form, number of code_scales] (shapejit_linear_quant values), so format 1 files load as before.
 // Tuples of at most 3: GCC 12 misreports reading longer ones out of an IValue (-Warray-bounds).
 using State = std::tuple<std::tuple<int64_t, std::vector<at::Tensor>, c10::optional<at::Tensor>>,
                          std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<double>>,
@@ -242,10 +289,12 @@ class LinearGroupHolder : public torch::CustomClassHolder {
   // One weight: the packed form, parts are consecutive row ranges of `rows[p]` rows. Several
   // weights: one per part (K may differ); `rows` may be empty. The other lists are empty (all
   // defaults) or hold one entry per part. The bias is packed: part p reads its own row range.
+  // `quant` names the form; with `code_scales` (one per weight) the weights are int8 codes.
   LinearGroupHolder(std::vector<at::Tensor> weights, c10::optional<at::Tensor> bias, std::vector<int64_t> rows,
                     std::vector<std::string> layouts, std::vector<int64_t> heads, std::vector<double> scales,
-                    std::vector<std::string> activations)
-      : settings_{std::move(rows), std::move(layouts), std::move(heads), std::move(scales), std::move(activations)},
+                    std::vector<std::string> activations, std::string quant, std::vector<at::Tensor> code_scales)
+      : settings_{std::move(rows),        std::move(layouts), std::move(heads),      std::move(scales),
+                  std::move(activations), std::move(quant),   std::move(code_scales)},
         packed_(std::make_shared<const Packed>(weights, bias, settings_)) {}
 
   int64_t num_parts() const { return int64_t(current()->num_parts()); }
@@ -275,7 +324,14 @@ class LinearGroupHolder : public torch::CustomClassHolder {
   // would see) and the settings: loading packs the same group run_current would use.
   State state() const {
     std::shared_ptr<const Packed> p = current();
-    return {{1, p->source_weights(), p->source_bias()},
+    std::vector<at::Tensor> tensors = p->source_weights();
+    const bool quantized = settings_.quant != "f32";
+    if (quantized) {
+      for (const at::Tensor& t : settings_.code_scales) tensors.push_back(t);
+      tensors.push_back(at::tensor({int64_t(parse_quant(settings_.quant)), int64_t(settings_.code_scales.size())},
+                                   at::kLong));
+    }
+    return {{quantized ? 2 : 1, tensors, p->source_bias()},
             {settings_.rows, settings_.heads, settings_.scales},
             {settings_.layouts, settings_.activations}};
   }
@@ -288,7 +344,7 @@ class LinearGroupHolder : public torch::CustomClassHolder {
   std::tuple<std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<int64_t>>,
              std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<std::string>>,
              std::tuple<std::string, std::vector<int64_t>>, std::tuple<std::string, std::vector<double>>,
-             std::tuple<std::string, std::vector<std::string>>>
+             std::tuple<std::string, std::vector<std::string>>, std::tuple<std::string, std::vector<std::string>>>
   flatten() const {
     std::shared_ptr<const Packed> p = current();
     std::vector<int64_t> shapes;
@@ -303,17 +359,35 @@ class LinearGroupHolder : public torch::CustomClassHolder {
             {"layouts", settings_.layouts},
             {"heads", settings_.heads},
             {"scales", settings_.scales},
-            {"activations", settings_.activations}};
+            {"activations", settings_.activations},
+            {"quant", {settings_.quant}}};
   }
 
   static c10::intrusive_ptr<LinearGroupHolder> from_state(State s) {
     auto& [tensors, numbers, names] = s;
-    TORCH_CHECK(std::get<0>(tensors) == 1, "shapejit.LinearGroup: cannot load a pickled group of format ",
-                std::get<0>(tensors), "; this build reads format 1");
+    const int64_t format = std::get<0>(tensors);
+    TORCH_CHECK(format == 1 || format == 2, "shapejit.LinearGroup: cannot load a pickled group of format ", format,
+                "; this build reads formats 1 and 2");
+    std::vector<at::Tensor> weights = std::move(std::get<1>(tensors));
+    std::string quant = "f32";
+    std::vector<at::Tensor> code_scales;
+    if (format == 2) {
+      TORCH_CHECK(!weights.empty() && weights.back().numel() == 2, "shapejit.LinearGroup: a format 2 pickle ends "
+                                                                   "with its [form, code_scales] tensor");
+      const at::Tensor meta = weights.back().to(at::kLong);
+      weights.pop_back();
+      static const char* const kNames[] = {"f32", "qd8-qc8w", "qd8-qc4w", "f32-qc8w", "f32-qc4w"};
+      const int64_t form = meta[0].item<int64_t>(), count = meta[1].item<int64_t>();
+      TORCH_CHECK(form >= 0 && form <= 4 && count >= 0 && count <= int64_t(weights.size()),
+                  "shapejit.LinearGroup: a format 2 pickle names form ", form, " with ", count, " code scales");
+      quant = kNames[form];
+      code_scales.assign(weights.end() - count, weights.end());
+      weights.resize(weights.size() - size_t(count));
+    }
     return c10::make_intrusive<LinearGroupHolder>(
-        std::move(std::get<1>(tensors)), std::move(std::get<2>(tensors)), std::move(std::get<0>(numbers)),
+        std::move(weights), std::move(std::get<2>(tensors)), std::move(std::get<0>(numbers)),
         std::move(std::get<0>(names)), std::move(std::get<1>(numbers)), std::move(std::get<2>(numbers)),
-        std::move(std::get<1>(names)));
+        std::move(std::get<1>(names)), std::move(quant), std::move(code_scales));
   }
 
  private:
@@ -338,13 +412,27 @@ std::vector<at::Tensor> linear_group_run_current(const c10::intrusive_ptr<Linear
   return group->run_current(weights, bias, inputs);
 }
 
+// Per-row quantized weights (docs/quantized-linear-semantics.md): codes int8 [R, K], scales f32 [R].
+std::tuple<at::Tensor, at::Tensor> quantize_linear_weights(const at::Tensor& weight, const std::string& quant) {
+  const at::Tensor w = dense_rows(weight, "weight");
+  at::Tensor codes = at::empty({w.size(0), w.size(1)}, w.options().dtype(at::kChar));
+  at::Tensor scales = at::empty({w.size(0)}, w.options());
+  check_status(shapejit_linear_quantize_weights(parse_quant(quant), w.data_ptr<float>(), w.size(0), w.size(1),
+                                                row_stride(w), codes.data_ptr<int8_t>(), scales.data_ptr<float>()),
+               "quantize_linear_weights");
+  return {codes, scales};
+}
+
 }  // namespace
 
 void register_linear_group(torch::Library& m) {
   m.class_<LinearGroupHolder>("LinearGroup")
       .def(torch::init<std::vector<at::Tensor>, c10::optional<at::Tensor>, std::vector<int64_t>,
                        std::vector<std::string>, std::vector<int64_t>, std::vector<double>,
-                       std::vector<std::string>>())
+                       std::vector<std::string>, std::string, std::vector<at::Tensor>>(),
+           "", {torch::arg("weights"), torch::arg("bias"), torch::arg("rows"), torch::arg("layouts"),
+                torch::arg("heads"), torch::arg("scales"), torch::arg("activations"), torch::arg("quant") = "f32",
+                torch::arg("code_scales") = c10::IValue(c10::List<at::Tensor>())})
       .def("num_parts", &LinearGroupHolder::num_parts)
       .def("run", &LinearGroupHolder::run)
       .def("run_current", &LinearGroupHolder::run_current)
@@ -361,6 +449,8 @@ void register_linear_group(torch::Library& m) {
   m.def("linear_group_run_current(__torch__.torch.classes.shapejit.LinearGroup group, Tensor[] weights, "
         "Tensor? bias, Tensor[] inputs) -> Tensor[]");
   m.impl("linear_group_run_current", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(linear_group_run_current)));
+  m.def("quantize_linear_weights(Tensor weight, str quant) -> (Tensor, Tensor)");
+  m.impl("quantize_linear_weights", torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(quantize_linear_weights)));
 }
 
 }  // namespace shapejit::torch_ext

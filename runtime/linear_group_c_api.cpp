@@ -26,9 +26,10 @@ shapejit_status shapejit_linear_group_create(const shapejit_linear_group_desc* d
 
 void shapejit_linear_group_ex_init(shapejit_linear_group_ex_desc* desc, const shapejit_linear_group_desc* group) {
   if (!desc) return;
+  const shapejit_linear_group_desc copy = group ? *group : shapejit_linear_group_desc{};  // group may alias desc->group
   *desc = shapejit_linear_group_ex_desc{};
   desc->struct_size = sizeof *desc;
-  if (group) desc->group = *group;
+  desc->group = copy;
   desc->quant = SHAPEJIT_LINEAR_F32;
 }
 

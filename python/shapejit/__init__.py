@@ -33,7 +33,7 @@ linear_group_run = torch.ops.shapejit.linear_group_run
 from . import fake, autograd  # noqa: E402,F401  (fake kernels and gradients of the operators above)
 from . import quantized  # noqa: E402  (needs the operators registered above)
 from .modules import EmbeddingBag, EmbeddingBagGroup, QuantizedEmbeddingBag  # noqa: E402
-from .linear import InProjection, in_projection, linear_group  # noqa: E402
+from .linear import InProjection, in_projection, linear_group, quantize_linear_weights  # noqa: E402
 from .engine import get_num_threads, isa, kernel_cache_stats, max_num_threads, set_num_threads  # noqa: E402
 
 # Follow torch's thread count from the start, so get_num_threads() agrees with torch before the
@@ -44,7 +44,7 @@ set_num_threads(0)
 __version__ = torch.ops.shapejit.version()
 
 __all__ = ["embedding_bag", "linear_group_run", "EmbeddingBag", "EmbeddingBagGroup", "QuantizedEmbeddingBag", "InProjection",
-           "in_projection", "linear_group", "library_path", "quantized", "get_num_threads", "max_num_threads",
+           "in_projection", "linear_group", "quantize_linear_weights", "library_path", "quantized", "get_num_threads", "max_num_threads",
            "set_num_threads", "isa", "kernel_cache_stats"]
 
 from .attention import MultiheadAttention  # noqa: E402

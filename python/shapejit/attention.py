@@ -28,11 +28,14 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                  kdim=None, vdim=None, batch_first=False, device=None, dtype=None):
         super().__init__(embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first,
                          device, dtype)
+        self._quant = "f32"
         self._group = self._new_group()
 
     @classmethod
-    def from_torch(cls, mha: torch.nn.MultiheadAttention) -> "MultiheadAttention":
-        """A shapejit module sharing `mha`'s parameters, out_proj and settings (and training mode)."""
+    def from_torch(cls, mha: torch.nn.MultiheadAttention, quant: str = "f32") -> "MultiheadAttention":
+        """A shapejit module sharing `mha`'s parameters, out_proj and settings (and training mode).
+        `quant` runs the in-projection in a quantized form (docs/quantized-linear-semantics.md):
+        the parameters stay float32 and are quantized whenever the group is (re)packed."""
         if not isinstance(mha, torch.nn.MultiheadAttention):
             raise TypeError("shapejit.MultiheadAttention.from_torch takes a torch.nn.MultiheadAttention, but got "
                             "{}".format(type(mha).__name__))
@@ -43,6 +46,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             setattr(m, name, getattr(mha, name))
         m.out_proj = mha.out_proj
         m.train(mha.training)
+        m._quant = quant
         m._group = m._new_group()
         return m
 
@@ -61,7 +65,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         rows = [e, e, e] if self._qkv_same_embed_dim else []
         return torch.classes.shapejit.LinearGroup([w.detach() for w in weights],
                                                   None if bias is None else bias.detach(), rows, [layout] * 3,
-                                                  [h] * 3, [], [])
+                                                  [h] * 3, [], [], self._quant, [])
 
     def _in_weights(self) -> List[Tensor]:
         """The in-projection's weights as the group takes them: [in_proj_weight] or [q, k, v]."""

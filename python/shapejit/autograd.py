@@ -238,9 +238,33 @@ def _part_grad_rows(grad: Tensor, x: Tensor, layout: str, n: int) -> Tensor:
     return grad.reshape(-1, n)
 
 
+def _form(settings) -> str:
+    quant = getattr(settings, "quant", None)
+    return quant[0] if quant else "f32"
+
+
+def _dequantized(weights: List[Tensor], quant: str, code_scales: Optional[List[Tensor]] = None) -> List[Tensor]:
+    """The weights a quantized group computes with (codes * scale per row): the inputs'
+    gradient flows through them (docs/quantized-linear-semantics.md). From f32 weights they are
+    quantized again here, by the same rule as the group's (bitwise the same codes)."""
+    if quant == "f32":
+        return weights
+    out = []
+    for i, w in enumerate(weights):
+        if code_scales:
+            codes, scales = w, code_scales[i]
+        else:
+            codes, scales = torch.ops.shapejit.quantize_linear_weights(w.detach(), quant)
+        out.append(codes.to(torch.float32) * scales.unsqueeze(1))
+    return out
+
+
 def _linear_backward(settings, weights: List[Tensor], bias: Optional[Tensor], inputs: List[Tensor],
-                     grads: List[Tensor], need_weights, need_bias: bool, need_inputs):
+                     grads: List[Tensor], need_weights, need_bias: bool, need_inputs, code_scales=None):
     parts = settings.parts(weights)
+    # Quantized forms: inputs' gradient through the dequantized weights; the f32 weights get the
+    # straight-through gradient (x^T g, as if unquantized).
+    input_weights = _dequantized(weights, _form(settings), code_scales)
     packed = len(weights) == 1 and len(settings.rows) > 0
     for p, (_, _, _, _, _, activation) in enumerate(parts):
         if activation != "none":
@@ -264,7 +288,7 @@ def _linear_backward(settings, weights: List[Tensor], bias: Optional[Tensor], in
         rows = [_part_grad_rows(grads[p], inputs[p], parts[p][2], parts[p][0]) for p in run]
         rows = [g * parts[p][4] if parts[p][4] != 1.0 else g for g, p in zip(rows, run)]
         g = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
-        w = weights[0][begins[first]:begins[last + 1]] if packed else weights[first]
+        w = input_weights[0][begins[first]:begins[last + 1]] if packed else input_weights[first]
         x = inputs[first]
         x2 = x.reshape(-1, x.size(-1))
         wants_x = any(bool(need_inputs[p]) for p in run) if isinstance(need_inputs, (list, tuple)) else need_inputs
@@ -327,9 +351,19 @@ torch.library.register_autograd("shapejit::linear_group_run_current", _linear_ru
 def _linear_run_setup(ctx, inputs, output):
     group, xs = inputs
     ctx.settings = linear_group_settings(group)
-    # The real group's source weights (its pickled state: format, weights, bias); a traced one
-    # has none to give.
-    ctx.source_weights = list(group.__getstate__()[0][1]) if isinstance(group, torch.ScriptObject) else None
+    # The real group's source weights (its pickled state: format, weights, bias; format 2 appends
+    # the code scales and a [form, count] tensor); a traced one has none to give.
+    ctx.source_weights, ctx.code_scales = None, None
+    if isinstance(group, torch.ScriptObject):
+        fmt, tensors, _ = group.__getstate__()[0]
+        tensors = list(tensors)
+        if fmt == 2:
+            count = int(tensors[-1][1])
+            tensors = tensors[:-1]
+            if count:
+                ctx.code_scales = tensors[len(tensors) - count:]
+                tensors = tensors[:len(tensors) - count]
+        ctx.source_weights = tensors
     ctx.counts = (0, len(xs), False)
     ctx.same_as_previous = [p > 0 and xs[p] is xs[p - 1] for p in range(len(xs))]
     ctx.save_for_backward(*xs)
@@ -343,7 +377,7 @@ def _linear_run_backward(ctx, grads):
                            "weights, bias, inputs) with the weights instead")
     # The tensors the group was packed from (detached): the inputs' gradient only.
     _, _, gx = _linear_backward(ctx.settings, ctx.source_weights, None, xs, list(grads), False, False,
-                                ctx.needs_input_grad[1])
+                                ctx.needs_input_grad[1], ctx.code_scales)
     return None, gx
 
 

@@ -205,12 +205,13 @@ class LinearGroupSettings:
     __obj_flatten__), enough for every output shape and for the gradient: the real group and
     its fake both give these."""
 
-    def __init__(self, weight_shapes, bias_size, rows, layouts, heads, scales, activations):
+    def __init__(self, weight_shapes, bias_size, rows, layouts, heads, scales, activations, quant=("f32",)):
         # As flattened (dynamo reads these attributes back by name): [rows, cols] of each weight
         # in one list, and [size of the bias, or -1].
         self.weight_shapes, self.bias_size = list(weight_shapes), list(bias_size)
         self.rows, self.layouts, self.heads = list(rows), list(layouts), list(heads)
         self.scales, self.activations = list(scales), list(activations)
+        self.quant = list(quant)  # [form]: its name, one entry (docs/quantized-linear-semantics.md)
 
     def parts(self, weights: Optional[List[Tensor]] = None):
         """(N, K, layout, heads, scale, activation) of each part, the weights being `weights`
@@ -280,6 +281,11 @@ def _linear_outputs(parts, inputs: List[Tensor]) -> List[Tensor]:
 @torch.library.register_fake("shapejit::linear_group_run")
 def _linear_group_run(group, inputs):
     return _linear_outputs(linear_group_settings(group).parts(), inputs)
+
+
+@torch.library.register_fake("shapejit::quantize_linear_weights")
+def _quantize_linear_weights(weight, quant):
+    return weight.new_empty(weight.shape, dtype=torch.int8), weight.new_empty((weight.size(0),))
 
 
 @torch.library.register_fake("shapejit::linear_group_run_current")
