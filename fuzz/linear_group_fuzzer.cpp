@@ -7,7 +7,11 @@
 //  - a run that succeeds matches ref::reference_element within the documented bound, writes
 //    nothing between output rows or around the outputs, and gives the same bits on 1 and 2
 //    engine threads;
-//  - the group copied its weights: the caller's weight and bias are scribbled over after create.
+//  - the group copied its weights: the caller's weight and bias are scribbled over after create;
+//  - quantized forms (docs/quantized-linear-semantics.md, shapejit_linear_group_create_ex with
+//    weights quantized at build time; invalid form values too): a successful run matches
+//    ref::quant_reference_element (bitwise for qd8 with none/relu), and a qd8 run over a
+//    non-finite input row is rejected with every output untouched.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
@@ -21,6 +25,7 @@
 
 #include "fuzz_support.hpp"
 #include "ref/linear_group.hpp"
+#include "ref/linear_group_quant.hpp"
 #include "shapejit/shapejit.h"
 
 namespace {
@@ -52,6 +57,7 @@ int64_t backing(int64_t rows, int64_t width, int64_t stride) {
 
 struct GroupInput {
   shapejit_linear_group_desc desc{}, ref_desc{};
+  int64_t quant = 0;  // shapejit_linear_quant, or an invalid value
   std::vector<shapejit_linear_part_desc> parts, ref_parts;
   std::vector<float> weight, ref_weight, bias, ref_bias;
   std::vector<std::vector<float>> part_weights, ref_part_weights;
@@ -117,6 +123,7 @@ GroupInput draw_group(Draw& d) {
   }
   desc.parts = d.chance(2) ? nullptr : g.parts.data();
   g.num_runs = d.chance(70) ? 1 : 2;
+  g.quant = d.chance(70) ? 0 : d.chance(95) ? d.in_range(1, 4) : (d.chance(50) ? 5 : -1);
   // The reference's view of the group: pristine copies of everything create reads.
   g.ref_weight = g.weight;
   g.ref_bias = g.bias;
@@ -199,7 +206,7 @@ RunInput draw_run(Draw& d, const GroupInput& g) {
 std::string describe(const GroupInput& g) {
   int32_t form;
   std::memcpy(&form, &g.desc.form, 4);
-  std::string s = "group: form " + std::to_string(form) + " parts " + std::to_string(g.desc.num_parts) + " k " +
+  std::string s = "group: quant " + std::to_string(g.quant) + " form " + std::to_string(form) + " parts " + std::to_string(g.desc.num_parts) + " k " +
                   std::to_string(g.desc.k) + " weight_rows " + std::to_string(g.desc.weight_rows) + " stride " +
                   std::to_string(g.desc.weight_stride) + " bias_len " + std::to_string(g.desc.bias_len) +
                   (g.desc.bias ? "" : " (no bias)");
@@ -247,6 +254,28 @@ bool unchecked(const shapejit::ref::LinearPartView& v, int64_t row, int64_t col,
   return std::isfinite(want.value) && std::fabs(double(want.value)) + want.bound > kMax;
 }
 
+// A quantized part of the reference: the part's f32 view and its codes from the reference's
+// own quantizer (the group quantized the same weights at build time).
+struct QuantRef {
+  shapejit::ref::QuantPartView view;
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+};
+
+QuantRef quant_ref(const GroupInput& g, const shapejit::ref::LinearPartView& v) {
+  QuantRef q;
+  q.view.f = v;
+  q.view.quant = shapejit_linear_quant(g.quant);
+  q.codes.resize(size_t(v.n * v.k));
+  q.scales.resize(size_t(v.n));
+  for (int64_t r = 0; r < v.n; ++r)
+    shapejit::ref::quantize_weight_row(q.view.quant, v.w + r * v.ldw, v.k, q.codes.data() + r * v.k, &q.scales[size_t(r)]);
+  q.view.codes = q.codes.data();
+  q.view.ldc = v.k;
+  q.view.wscale = q.scales.data();
+  return q;
+}
+
 // Checks a successful run: every element within the reference bound, sentinels elsewhere.
 void check_outputs(const GroupInput& g, const RunInput& r) {
   for (size_t p = 0; p < g.parts.size(); ++p) {
@@ -255,14 +284,18 @@ void check_outputs(const GroupInput& g, const RunInput& r) {
     const shapejit_linear_group_io& io = r.io[p];
     if (io.m > 0) {
       const shapejit::ref::LinearPartView v = shapejit::ref::resolve_part(g.ref_desc, int64_t(p), io);
+      const QuantRef q = g.quant != 0 ? quant_ref(g, v) : QuantRef{};
       for (int64_t row = 0; row < io.m; ++row)
         for (int64_t col = 0; col < v.n; ++col) {
           const int64_t at = shapejit::ref::output_offset(v, row, col);
           const float got = io.y[at];
           const float* where = io.y + at;
           if (where >= buf.data() && where < buf.data() + buf.size()) written[size_t(where - buf.data())] = true;
-          const shapejit::ref::ElementRef want = shapejit::ref::reference_element(v, row, col);
-          if (unchecked(v, row, col, want)) {
+          const shapejit::ref::ElementRef want = g.quant != 0 ? shapejit::ref::quant_reference_element(q.view, row, col)
+                                                              : shapejit::ref::reference_element(v, row, col);
+          if (g.quant != 0 ? !std::isfinite(want.value) || std::fabs(double(want.value)) + want.bound >
+                                                               double(std::numeric_limits<float>::max()) / 4
+                           : unchecked(v, row, col, want)) {
             ++tally.unchecked;
             continue;
           }
@@ -296,7 +329,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shapejit_linear_group* const kUnset = reinterpret_cast<shapejit_linear_group*>(uintptr_t(0x5a5a5a5a));
   shapejit_linear_group* group = kUnset;
   if (shapejit_set_num_threads(1) != SHAPEJIT_OK) fail("set_num_threads failed");
-  const shapejit_status created = shapejit_linear_group_create(&g.desc, &group);
+  shapejit_linear_group_ex_desc ex;
+  shapejit_linear_group_ex_init(&ex, &g.desc);
+  shapejit::fuzz::store_enum(ex.quant, g.quant);
+  const shapejit_status created =
+      g.quant == 0 ? shapejit_linear_group_create(&g.desc, &group) : shapejit_linear_group_create_ex(&ex, &group);
   shapejit::fuzz::check_status(created, "shapejit_linear_group_create");
   if (created != SHAPEJIT_OK) {
     if (std::getenv("SHAPEJIT_FUZZ_VERBOSE")) std::fprintf(stderr, "create: %s\n", shapejit_last_error());
