@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ref/linear_group.hpp"
@@ -721,6 +722,40 @@ TEST_CASE("quantized linear: a non-finite qd8 input row fails the run before any
   CHECK(shapejit_linear_group_run(handle, io, 2) == SHAPEJIT_OK);
   CHECK(std::isnan(y1[0]) == false);
   shapejit_linear_group_destroy(handle);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("quantized linear: large inputs quantize in parallel, with the serial bits and the first bad row") {
+  const int64_t m = 700, k = 203;
+  std::vector<float> x(size_t(m * k));
+  std::mt19937_64 rng(test_seed(0xB16));
+  for (float& v : x) v = draw(rng, 3.0f);
+  std::vector<float> y(1);
+  const shapejit_linear_group_io io{x.data(), m, k, k, y.data(), 1, 0, 0};
+  auto snapshot = [&] {
+    const auto q = shapejit::rt::quantize_run_inputs(std::span(&io, 1));
+    std::vector<uint8_t> bytes(q[0].u, q[0].u + m * q[0].ldu);
+    std::vector<float> scales(q[0].scale, q[0].scale + m);
+    std::vector<int32_t> zeros(q[0].zero, q[0].zero + m);
+    return std::tuple(bytes, scales, zeros);
+  };
+  REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
+  const auto serial = snapshot();
+  REQUIRE(shapejit_set_num_threads(2) == SHAPEJIT_OK);
+  CHECK(snapshot() == serial);
+  // Two bad rows in different tasks: the message names the first.
+  x[size_t(650 * k + 3)] = std::numeric_limits<float>::infinity();
+  x[size_t(40 * k + 100)] = -std::numeric_limits<float>::infinity();
+  try {
+    shapejit::rt::quantize_run_inputs(std::span(&io, 1));
+    FAIL("no error");
+  } catch (const shapejit::Error& e) {
+    CHECK(std::string(e.what()).find("io[0].x row 40 holds -inf at column 100") != std::string::npos);
+  }
+  shapejit_set_num_threads(0);
 }
 
 }  // namespace
