@@ -60,8 +60,14 @@ void GemmSkeleton::plan() {
   if (sets_ < 1 || steps % sets_ != 0)
     throw Error(Status::kInternalError, kernel_name() + ": the k loop body is not a whole number of set rotations");
   loop_k_ = steps * k_step_width();
-  const int64_t k = gemm_padded_k(key_);
+  const int64_t k = reduction_k();
   iterations_ = k <= kFullUnrollK ? 0 : k / loop_k_;
+}
+
+// The qd8 forms run to gemm_padded_k (their rows are padded with zero codes); the others stop
+// at K, since X holds K floats (f32-qc4w's padded k only has zero codes in the panel).
+int64_t GemmSkeleton::reduction_k() const {
+  return gemm_quantized_input(key_.quant) ? gemm_padded_k(key_) : key_.k;
 }
 
 int64_t GemmSkeleton::weight_bytes(int64_t k) const {
@@ -112,6 +118,7 @@ void GemmSkeleton::emit_panel_loop() {
 // zero: one rounding fewer per element than adding the bias at the end. The quantized forms add
 // it after dequantizing (emit_pre_epilogue).
 void GemmSkeleton::emit_init() {
+  if (key_.quant != GemmQuant::kF32) prepare_quant_panel();
   const bool bias = key_.bias && key_.quant == GemmQuant::kF32;
   const int64_t offset = gemm_panel_offsets(key_).bias;
   for (int64_t s = 0; s < sets_; ++s)
@@ -135,17 +142,23 @@ void GemmSkeleton::emit_k_loop() {
     k_loop_end(loop_k_, top);
     b_consumed_ = weight_bytes(iterations_ * loop_k_);
   }
-  emit_k_rest(gemm_padded_k(key_) - iterations_ * loop_k_);
+  emit_k_rest(reduction_k() - iterations_ * loop_k_);
   check("k_loop");
 }
 
-// The k the loop leaves (or all of a small K), unrolled: full steps, then single k. The loop
+// The k the loop leaves (or all of a small K), unrolled: full steps, then the back end's rest
+// steps (single k unless it says otherwise: the qd8 forms take whole 4-code groups). The loop
 // body is a whole number of set rotations, so step r of the rest continues at set r % sets.
 void GemmSkeleton::emit_k_rest(int64_t k) {
   const int64_t width = k_step_width();
   int64_t at = 0, index = 0;
   for (; at + width <= k; at += width, ++index) emit_k_step({at, width, index, index % sets_, false});
-  for (; at < k; ++at, ++index) emit_k_step({at, 1, index, index % sets_, false});
+  while (at < k) {
+    const int64_t w = k_rest_step_width(k - at);
+    if (w < 1 || w > k - at) throw Error(Status::kInternalError, kernel_name() + ": a rest step outside the k left");
+    emit_k_step({at, w, index, index % sets_, false});
+    at += w, ++index;
+  }
 }
 
 void GemmSkeleton::emit_k_step(const GemmKStep& s) {
@@ -182,6 +195,8 @@ void GemmSkeleton::emit_pre_epilogue() {
   const int64_t offset = gemm_panel_offsets(key_).bias;
   for_tile([&](int64_t i, int64_t j) { add_bias(acc(0, i, j), j, offset); });
 }
+
+void GemmSkeleton::prepare_quant_panel() {}
 
 void GemmSkeleton::dequantize() { unsupported("this back end has no epilogue for the quantized form"); }
 

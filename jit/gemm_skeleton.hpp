@@ -51,18 +51,22 @@ struct GemmXOperand {
 ///  - the k step: kF32 runs emit_f32_k_step (load_x, load_weight_row, broadcast_x, fma); any
 ///    other form calls quant_k_step, which the back end implements for its forms (int8 dot
 ///    products into int32 accumulators for qd8, code conversion then FMA for the weight-only
-///    forms), with k_step_width() the form's k group (gemm_k_group) so no single-k rest is
-///    left: the loop runs over gemm_padded_k. weight_bytes() already follows each form's panel
-///    layout, so the loop, the prefetch helper and the panel advance need nothing new; how far
-///    the X rows move per k (f32: 4 bytes, qd8: 1) stays inside the back end's k_loop_end and
-///    its step.
+///    forms). k_step_width() is the back end's full step for the form, and what the full steps
+///    leave comes in steps of k_rest_step_width() (1 by default; qd8 back ends take whole
+///    groups, gemm_k_group). The loop covers reduction_k(): gemm_padded_k for the qd8 forms,
+///    whose rows are padded, but K for the f32-input forms, whose X rows hold K floats (the
+///    panel's codes past K are zero, so nothing is lost). weight_bytes() already follows each
+///    form's panel layout, so the loop, the prefetch helper and the panel advance need nothing
+///    new; how far the X rows move per k (f32: 4 bytes, qd8: 1) stays inside the back end's
+///    k_loop_end and its step. prepare_quant_panel() runs at each panel's start (constants an
+///    activation call of the previous panel clobbered).
 ///  - the accumulators start at zero (no bias) for these forms; the sets are combined with
 ///    add_vec before the pre-epilogue, so a form with int32 accumulators either keeps
 ///    plan_sets() at 1 or makes add_vec an integer add for it.
 ///  - the pre-epilogue: dequantize() turns the combined accumulators into f32 (qd8:
 ///    f32(acc) * f32(x_scale[r] * wscale[c]), each product rounded, no FMA; weight-only:
 ///    acc * wscale[c]), then add_bias() adds the panel's bias vector (gemm_panel_offsets().bias)
-///    when key.bias. Everything after it (activation, scale, stores, next panel) is shared
+///    when key.bias (b_consumed() locates the panel's trailing vectors). Everything after it (activation, scale, stores, next panel) is shared
 ///    unchanged, and so is the frame: calls_out(), spill slots and the recipes.
 class GemmSkeleton : protected KernelEmitter {
  public:
@@ -93,6 +97,9 @@ class GemmSkeleton : protected KernelEmitter {
   /// Accumulator of (set, row, vector); the back end hands them over with set_accumulators.
   uint32_t acc(int64_t set, int64_t row, int64_t v) const { return acc_[size_t((set * key_.mr + row) * nv_ + v)]; }
   void set_accumulators(std::vector<uint32_t> regs) { acc_ = std::move(regs); }
+  /// Bytes the panel pointer has advanced within the current panel (by the k loop), for
+  /// addressing the panel's trailing vectors in the epilogue.
+  int64_t b_consumed() const { return b_consumed_; }
   /// Prefetches, `key.prefetch` bytes ahead, the cache lines a weight row at `b_off` (bytes from
   /// the panel pointer) starts; panels are 64-byte aligned. Back ends call it in load_weight_row
   /// where their schedule wants it.
@@ -104,6 +111,9 @@ class GemmSkeleton : protected KernelEmitter {
   virtual int64_t plan_sets() const { return 1; }       ///< partial sums per output (the k steps rotate)
   virtual int64_t k_step_width() const = 0;             ///< k one full step consumes
   virtual int64_t k_loop_steps() const = 0;             ///< full steps per loop iteration (a multiple of sets())
+  /// k of a step after the full ones when `left` k remain (1 <= result <= left); 1 unless the
+  /// form reads whole groups (qd8: 4 or 8 codes).
+  virtual int64_t k_rest_step_width(int64_t left) const { (void)left; return 1; }
   virtual void plan_registers() = 0;                    ///< roles, then set_accumulators
   virtual void emit_prolog_frame() = 0;
   virtual void load_args() = 0;                         ///< panel pointer, panel count, output cursor, spill area
@@ -128,6 +138,9 @@ class GemmSkeleton : protected KernelEmitter {
   virtual void prefetch_weights(int64_t offset) = 0;    ///< prefetch the line at panel pointer + offset
   virtual GemmXOperand broadcast_x(const GemmKStep& s, int64_t row, int64_t kk) = 0;
   virtual void fma(uint32_t acc, int64_t v, const GemmXOperand& x) = 0;  ///< acc += weight v * x
+  /// Quantized forms: per panel before the k loop (after the X row pointers), e.g. constants a
+  /// previous panel's activation call clobbered. Nothing by default.
+  virtual void prepare_quant_panel();
   /// Quantized forms: one k step (see the class comment); throws kUnsupported until provided.
   virtual void quant_k_step(const GemmKStep& s);
 
@@ -166,6 +179,7 @@ class GemmSkeleton : protected KernelEmitter {
  private:
   void check_key() const;
   void plan();
+  int64_t reduction_k() const;  // k the k loop covers
   // The steps, in emission order.
   void emit_panel_loop();
   void emit_init();
