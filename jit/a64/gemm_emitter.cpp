@@ -2,6 +2,7 @@
 // arithmetic is the skeleton's (jit/gemm_skeleton.hpp), as on x86.
 #include "jit/a64/gemm_emitter.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -53,12 +54,37 @@ void A64GemmEmitter::plan_registers() {
   if (key().store == GemmStore::kTable)
     for (int64_t j = 0; j < nv(); ++j) tcol_.push_back(gpx());
 
+  spill_bytes_ = calls_out() ? tile_vectors() * kVecBytes : 0;
+  if (key().quant != GemmQuant::kF32 || key().dot) {
+    plan_quant_registers();
+    return;
+  }
   for (int64_t j = 0; j < nv(); ++j) bv_.push_back(vecs_.take());
   for (int64_t i = 0; i < mr(); ++i) av_.push_back(vecs_.take());
   std::vector<uint32_t> acc;
   for (int64_t i = 0; i < tile_vectors(); ++i) acc.push_back(vecs_.take());
   set_accumulators(std::move(acc));
-  spill_bytes_ = calls_out() ? tile_vectors() * kVecBytes : 0;
+}
+
+// Quantized forms: the X registers first (v0-v7: smlal by element reaches v0-v15 only), then
+// weights and accumulators as for f32, one constant and the temporaries the primitives need
+// beyond the weight registers (gemm_max_mr leaves at least one register free for every nv).
+void A64GemmEmitter::plan_quant_registers() {
+  if (key().dot && !gemm_quantized_input(key().quant)) unsupported("the dot variant applies to the qd8 forms only");
+  for (int64_t i = 0; i < mr(); ++i) av_.push_back(vecs_.take());
+  for (int64_t j = 0; j < nv(); ++j) bv_.push_back(vecs_.take());
+  std::vector<uint32_t> acc;
+  for (int64_t i = 0; i < tile_vectors(); ++i) acc.push_back(vecs_.take());
+  A64QuantRegs r;
+  r.args = args_, r.b = b_, r.scratch = scratch_, r.gp1 = kcnt_, r.gp2 = ld_;
+  r.rows = rows_, r.acc = acc, r.x = av_, r.temps = bv_;
+  const int64_t extra = std::max<int64_t>(0, a64_quant_temps(key()) - nv());
+  if (int64_t(vecs_.available()) < 1 + extra)
+    unsupported("mr " + std::to_string(mr()) + " leaves too few vector registers for the quantized form");
+  r.constant = vecs_.take();
+  for (int64_t t = 0; t < extra; ++t) r.temps.push_back(vecs_.take());
+  set_accumulators(std::move(acc));
+  quant_ = std::make_unique<A64GemmQuantOps>(key(), a_, std::move(r), kernel_name());
 }
 
 void A64GemmEmitter::emit_prolog_frame() { emit_prolog(args_, {&gp_, &vecs_}, FrameOptions{}); }

@@ -6,8 +6,10 @@
 #include <asmjit/arm/a64assembler.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "jit/a64/gemm_quant_ops.hpp"
 #include "jit/gemm_kernel.hpp"
 #include "jit/gemm_skeleton.hpp"
 
@@ -18,6 +20,8 @@ namespace shapejit::jit {
 /// `fmla acc, w, x.s[lane]` multiplies lane kk into the panel row k+kk (no broadcasts); the last
 /// K % 4 k load single floats. Stores are row-major with exact-width tails, or through the
 /// offset tables. One set of accumulators (plan_sets() stays 1).
+/// Quantized forms (GemmQuant): the k step, the code unpacking and the dequantize / bias steps
+/// are A64GemmQuantOps primitives (gemm_quant_ops.hpp), with their own k step widths.
 /// Registers: AAPCS64 as in the embedding-bag emitter; kernels that call SLEEF keep their loop
 /// state in x19-x22 and save x30 (the frame does both).
 class A64GemmEmitter final : public GemmSkeleton {
@@ -28,9 +32,13 @@ class A64GemmEmitter final : public GemmSkeleton {
   // Planning and frame (gemm_emitter.cpp).
   asmjit::BaseEmitter& attach_assembler() override { return a_; }
   void check_isa() const override;
-  int64_t k_step_width() const override { return 4; }
+  int64_t k_step_width() const override { return key().quant == GemmQuant::kF32 ? 4 : a64_quant_step_k(key()); }
   int64_t k_loop_steps() const override { return 1; }
+  int64_t k_rest_step_width(int64_t left) const override {
+    return key().quant == GemmQuant::kF32 ? 1 : a64_quant_rest_step_k(key(), left);
+  }
   void plan_registers() override;
+  void plan_quant_registers();
   void emit_prolog_frame() override;
   void load_args() override;
   void finish() override;
@@ -48,6 +56,8 @@ class A64GemmEmitter final : public GemmSkeleton {
   void prefetch_weights(int64_t offset) override;
   GemmXOperand broadcast_x(const GemmKStep& s, int64_t row, int64_t kk) override;
   void fma(uint32_t acc, int64_t v, const GemmXOperand& x) override;
+  void prepare_quant_panel() override { quant_->load_constant(); }
+  void quant_k_step(const GemmKStep& s) override { quant_->step(s.k, s.width, s.in_loop); }
 
   // Epilogue, activation calls and stores (gemm_emitter_epilogue.cpp).
   uint32_t free_vec(int which) const override { return which == 0 ? bv_[0] : av_[0]; }
@@ -55,6 +65,8 @@ class A64GemmEmitter final : public GemmSkeleton {
   void max_with_zero(uint32_t acc, uint32_t zero) override;
   void load_scale(uint32_t dst) override;
   void mul_scale(uint32_t acc, uint32_t scale) override;
+  void dequantize() override { quant_->dequantize(b_consumed()); }
+  void add_bias(uint32_t acc, int64_t v, int64_t) override { quant_->add_bias(acc, v); }
   void spill_vec(int64_t slot, uint32_t src) override;
   void reload_vec(uint32_t dst, int64_t slot) override;
   void act_binary(ActOp::Kind kind, uint32_t dst, uint32_t a, uint32_t b) override;
@@ -85,6 +97,7 @@ class A64GemmEmitter final : public GemmSkeleton {
   std::vector<asmjit::a64::Gp> tcol_;   // kTable: one column pointer per vector
   std::vector<uint32_t> bv_;   // one panel row
   std::vector<uint32_t> av_;   // per row: X[r, k..k+3] (or one float)
+  std::unique_ptr<A64GemmQuantOps> quant_;  // quantized forms: their k step and epilogue steps
 };
 
 /// Emits the NEON kernel for `key` (key.isa == kNeon) into `code` (initialised for AArch64).
