@@ -11,9 +11,8 @@
 namespace shapejit::jit {
 
 void emit_gemm_kernel(const GemmKey& key, asmjit::CodeHolder& code) {
-  // Quantized forms: no x86 emitter takes them yet (issue 28 item 3); the AArch64 one does.
-  if ((key.quant != GemmQuant::kF32 || key.dot) && isa_traits(key.isa).family != IsaFamily::kA64)
-    throw Error(Status::kUnsupported, key.name() + ": no GEMM generator for this quantized form yet");
+  // Every form, quantized ones included, has a generator on both families (the x86 one:
+  // jit/x86/gemm_quant_ops.hpp; the AArch64 one: jit/a64/gemm_quant_ops.hpp).
   if (emit_by_family(key, code, &IsaTraits::gemm_generator, emit_gemm_kernel_x86, emit_gemm_kernel_a64)) return;
   throw Error(Status::kUnsupported, key.name() + ": no GEMM generator for ISA " + std::string(isa_name(key.isa)));
 }

@@ -31,16 +31,6 @@ enum class GemmStore : int {
 /// Floats per vector register (jit/isa.hpp: 16 for AVX-512, 8 for AVX2, 4 for NEON).
 constexpr int64_t gemm_lanes(Isa isa) { return isa_traits(isa).lanes; }
 
-/// Accumulator registers a kernel of `nv` vectors per panel may use on `isa` (x86: what the
-/// nv weight vectors and two broadcast temporaries leave, at most 24; NEON: what the nv weights
-/// leave, one X register per row besides): the one register budget of gemm_max_mr and the
-/// emitters' partial-sum sets.
-int gemm_accumulator_budget(Isa isa, int nv);
-
-/// Largest row count a kernel of `nv` vectors per panel may have on `isa` (register budget:
-/// mr * nv accumulators, nv weight vectors and two broadcast temporaries, or on NEON one X
-/// register per row; at most 8 rows).
-int gemm_max_mr(Isa isa, int nv);
 
 /// The operands of a kernel (docs/quantized-linear-semantics.md).
 enum class GemmQuant : int {
@@ -56,6 +46,30 @@ enum class GemmQuant : int {
 constexpr bool gemm_quantized_input(GemmQuant q) { return q == GemmQuant::kQd8Qc8w || q == GemmQuant::kQd8Qc4w; }
 /// True for the forms with int4 weight codes.
 constexpr bool gemm_int4_weights(GemmQuant q) { return q == GemmQuant::kQd8Qc4w || q == GemmQuant::kF32Qc4w; }
+
+/// x86: the vector registers one k step of a kernel holds besides its accumulators.
+struct GemmStepRegisters {
+  int weights;  ///< the panel row's weights: nv, or 2 nv when each vector is unpacked into two
+                ///< halves (int8 pairs widened to 16 bits; the two nibbles of int4 codes)
+  int temps;    ///< input broadcasts and products
+};
+/// The x86 rule, per form: f32 and weight-only (codes converted to f32 in place): nv weights
+/// and two broadcasts; qd8 widened to 16 bits (vpmaddwd): 2 nv weight halves, the input's two
+/// word halves and one product; qd8 with vpdpbusd (`dot`): nv weights (2 nv for int4: the two
+/// nibbles) and two input broadcasts.
+GemmStepRegisters gemm_x86_step_registers(int nv, GemmQuant quant, bool dot);
+
+/// Accumulator registers a kernel of `nv` vectors per panel may use on `isa` for `quant` (and
+/// `dot`): x86: what gemm_x86_step_registers leaves, at most 24; NEON: what the nv weights
+/// leave, one X register per row besides (the same for every form until the NEON quantized
+/// emitter states its own). The one register budget of gemm_max_mr and the emitters'
+/// partial-sum sets.
+int gemm_accumulator_budget(Isa isa, int nv, GemmQuant quant = GemmQuant::kF32, bool dot = false);
+
+/// Largest row count a kernel of `nv` vectors per panel may have on `isa` for `quant` (and
+/// `dot`): mr * nv accumulators within gemm_accumulator_budget (NEON: one X register per row
+/// besides); at most 8 rows.
+int gemm_max_mr(Isa isa, int nv, GemmQuant quant = GemmQuant::kF32, bool dot = false);
 
 /// Everything generated code is specialised on.
 struct GemmKey {

@@ -68,19 +68,31 @@ std::optional<int64_t> parse_positive(std::string_view s) {
 
 }  // namespace
 
-int gemm_accumulator_budget(Isa isa, int nv) {
+GemmStepRegisters gemm_x86_step_registers(int nv, GemmQuant quant, bool dot) {
+  switch (quant) {
+    case GemmQuant::kF32:
+    case GemmQuant::kF32Qc8w:
+    case GemmQuant::kF32Qc4w: return {nv, 2};
+    case GemmQuant::kQd8Qc8w: return dot ? GemmStepRegisters{nv, 2} : GemmStepRegisters{2 * nv, 3};
+    case GemmQuant::kQd8Qc4w: return dot ? GemmStepRegisters{2 * nv, 2} : GemmStepRegisters{2 * nv, 3};
+  }
+  return {nv, 2};
+}
+
+int gemm_accumulator_budget(Isa isa, int nv, GemmQuant quant, bool dot) {
   const IsaTraits& t = isa_traits(isa);
   // NEON: the registers the nv weights leave (each row also takes one X register).
   if (t.family == IsaFamily::kA64) return t.vector_registers - nv;
-  // x86: nv weights and two broadcast temporaries besides the accumulators, of which AVX-512
-  // keeps at most 24 (5+ registers left for weights and broadcasts).
-  return std::min(24, t.vector_registers - nv - 2);
+  // x86: the step's weights and temporaries besides the accumulators, of which AVX-512 keeps
+  // at most 24 (5+ registers left for weights and broadcasts).
+  const GemmStepRegisters step = gemm_x86_step_registers(nv, quant, dot);
+  return std::min(24, t.vector_registers - step.weights - step.temps);
 }
 
-int gemm_max_mr(Isa isa, int nv) {
+int gemm_max_mr(Isa isa, int nv, GemmQuant quant, bool dot) {
   const IsaTraits& t = isa_traits(isa);
   if (nv < 1 || !t.gemm_generator) return 0;
-  const int budget = gemm_accumulator_budget(isa, nv);
+  const int budget = gemm_accumulator_budget(isa, nv, quant, dot);
   // NEON: per row nv accumulators and one X register.
   if (t.family == IsaFamily::kA64) return std::clamp(budget / (nv + 1), 0, 8);
   return std::clamp(budget / nv, 0, 8);

@@ -17,7 +17,8 @@ using jit::GemmKey;
 using jit::Isa;
 
 constexpr const char* kKeyFormat =
-    "gemm.<isa>.<mr>x<nc>.k<K>[.bias][.<act>][.scale][.tab][.pf<N>], e.g. gemm.avx512.8x48.k768.bias.gelu";
+    "gemm.<isa>.<mr>x<nc>.k<K>[.<quant>][.bias][.<act>][.scale][.tab][.pf<N>][.dot], e.g. "
+    "gemm.avx512.8x48.k768.bias.gelu or gemm.avx2.4x16.k768.qd8qc8w.bias";
 
 /// The flags as CLI11 parsed them; turned into a GemmKey by make_key().
 struct GemmFlags {
@@ -31,6 +32,8 @@ struct GemmFlags {
   bool scale = false;
   std::string store = "row-major";
   int prefetch = 0;
+  std::string quant = "f32";
+  bool dot = false;
   DumpOptions dump;
   std::vector<const CLI::Option*> key_flags;  // the flags --key replaces, to reject mixing them
 };
@@ -43,13 +46,21 @@ Activation activation_from(const std::string& s) {
   return Activation::kNone;
 }
 
+jit::GemmQuant quant_from(const std::string& s) {
+  if (s == "qd8-qc8w") return jit::GemmQuant::kQd8Qc8w;
+  if (s == "qd8-qc4w") return jit::GemmQuant::kQd8Qc4w;
+  if (s == "f32-qc8w") return jit::GemmQuant::kF32Qc8w;
+  if (s == "f32-qc4w") return jit::GemmQuant::kF32Qc4w;
+  return jit::GemmQuant::kF32;
+}
+
 // The register budget is the generator's rule (gemm_max_mr); checking it here turns a tile that
 // cannot fit into a usage error that says why. `rows_flag` is blamed for too many rows,
 // `columns_flag` for columns that leave room for no row at all. An ISA without a GEMM generator
 // has no budget: the generator says so itself.
 void check_tile(const GemmKey& key, const std::string& rows_flag, const std::string& columns_flag) {
   if (!jit::isa_traits(key.isa).gemm_generator) return;
-  const int max_mr = jit::gemm_max_mr(key.isa, key.nv());
+  const int max_mr = jit::gemm_max_mr(key.isa, key.nv(), key.quant, key.dot);
   const std::string tile = "a " + std::to_string(key.nc) + "-column tile (" + std::to_string(key.nv()) + " vectors)";
   const std::string isa(jit::isa_name(key.isa));
   if (max_mr < 1)
@@ -75,7 +86,9 @@ GemmKey make_key(const GemmFlags& f) {
   key.isa = f.isa.empty() ? default_isa() : *jit::parse_isa(f.isa);
   key.k = f.k;
   key.nc = f.nc > 0 ? f.nc : int(3 * key.lanes());
-  key.mr = f.mr > 0 ? f.mr : jit::gemm_max_mr(key.isa, key.nv());  // 0 (no row fits) is rejected below
+  key.quant = quant_from(f.quant);
+  key.dot = f.dot;
+  key.mr = f.mr > 0 ? f.mr : jit::gemm_max_mr(key.isa, key.nv(), key.quant, key.dot);  // 0 (no row fits) is rejected below
   key.bias = f.bias;
   key.act = activation_from(f.act);
   key.scale = f.scale;
@@ -104,7 +117,8 @@ Command add_linear_group_command(CLI::App& parent) {
       "\nExamples:\n"
       "  jitdump linear-group --k 768 --bias                  (8x48 on avx512)\n"
       "  jitdump linear-group --k 16 --nc 16 --mr 5 --bias --scale --store table --isa avx2\n"
-      "  jitdump linear-group --key gemm.avx512.8x48.k768.bias.gelu");
+      "  jitdump linear-group --key gemm.avx512.8x48.k768.bias.gelu\n"
+      "  jitdump linear-group --k 768 --nc 16 --quant qd8-qc8w --bias --isa avx2   (4x16)");
 
   app->add_option("--key", flags->key, std::string("A microkernel's canonical name instead of the flags below: ") +
                                            kKeyFormat);
@@ -130,6 +144,13 @@ Command add_linear_group_command(CLI::App& parent) {
   shape.push_back(app->add_option("--prefetch", flags->prefetch,
                                   "Software prefetch of the weight stream, in bytes ahead; 0 = none (default)")
                       ->check(int_in(0, 1 << 20)));
+  shape.push_back(app->add_option("--quant", flags->quant,
+                                  "Operand form (docs/quantized-linear-semantics.md): f32 (default), qd8-qc8w, "
+                                  "qd8-qc4w (int8 input, int8/int4 weights), f32-qc8w, f32-qc4w (weight-only)")
+                      ->check(one_of({"f32", "qd8-qc8w", "qd8-qc4w", "f32-qc8w", "f32-qc4w"})));
+  shape.push_back(app->add_flag("--dot", flags->dot,
+                                "qd8 forms: the ISA's 4-way int8 dot product (AVX-512 VNNI vpdpbusd) instead of "
+                                "widening to 16 bits"));
   flags->key_flags.assign(shape.begin(), shape.end());
 
   add_dump_options(*app, flags->dump);

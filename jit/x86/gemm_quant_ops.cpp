@@ -1,0 +1,227 @@
+// X86GemmQuantOps: see gemm_quant_ops.hpp for why the qd8 forms widen with shifts rather than
+// vpmaddubsw, and for the int4 scaling of the `dot` variant.
+#include "jit/x86/gemm_quant_ops.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::jit {
+
+using namespace asmjit;
+
+namespace {
+
+constexpr uint32_t kLowBytesOfWords = 0x00FF00FFu;  // the even bytes of each 16-bit word
+constexpr uint32_t kHighNibbles = 0xF0F0F0F0u;      // the top nibble of every byte
+
+x86::Mem dword(x86::Mem m) {
+  m.setSize(4);
+  return m;
+}
+
+#define SJ_ARG(field) x86::qword_ptr(body.args, static_cast<int32_t>(offsetof(GemmKernelArgs, field)))
+
+}  // namespace
+
+X86GemmQuantOps::X86GemmQuantOps(const GemmKey& key, x86::Assembler& a)
+    : key_(key), t_(X86VecTraits::of(key.isa)), a_(a), nv_(key.nv()), mr_(key.mr) {
+  const std::string name = key.name();
+  if (key.quant == GemmQuant::kF32) throw Error(Status::kInternalError, name + ": not a quantized form");
+  if (key.dot && !gemm_quantized_input(key.quant))
+    throw Error(Status::kUnsupported, name + ": the dot variant exists for the qd8 forms only");
+  if (key.dot && !t_.avx512)
+    throw Error(Status::kUnsupported,
+                name + ": the dot variant needs AVX-512 VNNI (vpdpbusd); AVX2 kernels widen to 16 bits instead");
+  const int64_t w = gemm_panel_width(key);
+  switch (key.quant) {
+    case GemmQuant::kQd8Qc8w:  // 4 codes per column and step
+      full_steps_ = gemm_padded_k(key) / 4, x_step_ = 4, b_step_ = int32_t(w * 4);
+      break;
+    case GemmQuant::kQd8Qc4w:  // 8 codes per column (one dword) and step
+      full_steps_ = gemm_padded_k(key) / 8, x_step_ = 8, b_step_ = int32_t(w * 4);
+      break;
+    case GemmQuant::kF32Qc8w:  // one byte row of codes per k
+      full_steps_ = key.k, x_step_ = 4, b_step_ = int32_t(w);
+      break;
+    case GemmQuant::kF32Qc4w:  // one byte row holds two k
+      full_steps_ = key.k / 2, half_ = key.k % 2 != 0, x_step_ = 8, b_step_ = int32_t(w);
+      break;
+    case GemmQuant::kF32: break;
+  }
+}
+
+x86::Vec X86GemmQuantOps::vec(uint32_t id) const {
+  return t_.avx512 ? x86::Vec(x86::zmm(id)) : x86::Vec(x86::ymm(id));
+}
+
+x86::Mem X86GemmQuantOps::vector_constant(uint32_t dword) {
+  auto it = std::find(pool_dwords_.begin(), pool_dwords_.end(), dword);
+  const size_t index = size_t(it - pool_dwords_.begin());
+  if (it == pool_dwords_.end()) pool_dwords_.push_back(dword);
+  if (!pool_.isValid()) pool_ = a_.newLabel();
+  return x86::ptr(pool_, static_cast<int32_t>(index * size_t(t_.bytes)));
+}
+
+void X86GemmQuantOps::load(uint32_t dst, const x86::Mem& src) {
+  if (t_.avx512) a_.vmovdqu32(vec(dst), src);
+  else a_.vmovdqu(vec(dst), src);
+}
+
+void X86GemmQuantOps::emit_qd8_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
+  if (key_.dot) return dot_step(body, set, x_disp, b_disp);
+  widen_step(body, set, x_disp, b_disp, 0);
+  if (key_.quant == GemmQuant::kQd8Qc4w) widen_step(body, set, x_disp, b_disp, 1);
+}
+
+// One 4-code group per column: for int8 the dword's 4 codes; for int4 (half 0 / 1) the low /
+// high nibbles of its 4 bytes, i.e. codes 8g..8g+3 / 8g+4..8g+7, against input bytes
+// x_disp + 4 * half.
+void X86GemmQuantOps::widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp, int half) {
+  const bool int4 = key_.quant == GemmQuant::kQd8Qc4w;
+  // Weights: even = the codes of bytes 0 and 2 of each dword as words, odd = bytes 1 and 3.
+  // In a word of int4 codes, bits 0-3 / 8-11 are the low nibbles of its two bytes and bits
+  // 4-7 / 12-15 the high ones: shift the wanted nibble to the top, then arithmetically down.
+  for (int64_t j = 0; j < nv_; ++j) {
+    const x86::Vec even = vec(body.weights[size_t(2 * j)]), odd = vec(body.weights[size_t(2 * j + 1)]);
+    load(body.weights[size_t(2 * j + 1)], x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes)));
+    if (!int4) {
+      a_.vpsllw(even, odd, imm(8));
+      a_.vpsraw(even, even, imm(8));
+      a_.vpsraw(odd, odd, imm(8));
+    } else if (half == 0) {
+      a_.vpsllw(even, odd, imm(12));
+      a_.vpsraw(even, even, imm(12));
+      a_.vpsllw(odd, odd, imm(4));
+      a_.vpsraw(odd, odd, imm(12));
+    } else {
+      a_.vpsllw(even, odd, imm(8));
+      a_.vpsraw(even, even, imm(12));
+      a_.vpsraw(odd, odd, imm(12));
+    }
+  }
+  // Per row: the 4 input bytes broadcast, split into the words (u0, u2) and (u1, u3) (zero-
+  // extended: u is unsigned), then two vpmaddwd per vector, each pair sum <= 2 * 255 * 128.
+  const x86::Mem mask = vector_constant(kLowBytesOfWords);
+  const int64_t groups = std::max<int64_t>(1, int64_t(body.temps.size()) / 3);
+  for (int64_t i = 0; i < mr_; ++i) {
+    const int64_t g = i % groups;
+    const x86::Vec ue = vec(body.temps[size_t(3 * g)]), uo = vec(body.temps[size_t(3 * g + 1)]);
+    const x86::Vec prod = vec(body.temps[size_t(3 * g + 2)]);
+    a_.vpbroadcastd(ue, dword(body.x_row(i, x_disp + 4 * half)));
+    a_.vpsrlw(uo, ue, imm(8));
+    if (t_.avx512) a_.vpandd(ue, ue, mask);
+    else a_.vpand(ue, ue, mask);
+    for (int64_t j = 0; j < nv_; ++j) {
+      const x86::Vec acc = vec(body.acc(set, i, j));
+      a_.vpmaddwd(prod, vec(body.weights[size_t(2 * j)]), ue);
+      a_.vpaddd(acc, acc, prod);
+      a_.vpmaddwd(prod, vec(body.weights[size_t(2 * j + 1)]), uo);
+      a_.vpaddd(acc, acc, prod);
+    }
+  }
+}
+
+// vpdpbusd: 4 u8 x s8 products per dword lane added to the accumulator, without saturation.
+void X86GemmQuantOps::dot_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
+  const bool int4 = key_.quant == GemmQuant::kQd8Qc4w;
+  for (int64_t j = 0; j < nv_; ++j) {
+    const x86::Mem src = x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes));
+    if (!int4) {
+      load(body.weights[size_t(j)], src);
+      continue;
+    }
+    // 16 x code: the low nibble shifted to the top of its byte, the high nibble masked in place.
+    const x86::Vec lo = vec(body.weights[size_t(2 * j)]), hi = vec(body.weights[size_t(2 * j + 1)]);
+    const x86::Mem top = vector_constant(kHighNibbles);
+    load(body.weights[size_t(2 * j + 1)], src);
+    a_.vpsllw(lo, hi, imm(4));
+    a_.vpandd(lo, lo, top);
+    a_.vpandd(hi, hi, top);
+  }
+  for (int64_t i = 0; i < mr_; ++i) {
+    const x86::Vec u0 = vec(body.temps[size_t((2 * i) % int64_t(body.temps.size()))]);
+    const x86::Vec u1 = vec(body.temps[size_t((2 * i + 1) % int64_t(body.temps.size()))]);
+    a_.vpbroadcastd(u0, dword(body.x_row(i, x_disp)));
+    if (int4) a_.vpbroadcastd(u1, dword(body.x_row(i, x_disp + 4)));
+    for (int64_t j = 0; j < nv_; ++j) {
+      const x86::Vec acc = vec(body.acc(set, i, j));
+      if (!int4) {
+        a_.vpdpbusd(acc, u0, vec(body.weights[size_t(j)]));
+      } else {
+        a_.vpdpbusd(acc, u0, vec(body.weights[size_t(2 * j)]));
+        a_.vpdpbusd(acc, u1, vec(body.weights[size_t(2 * j + 1)]));
+      }
+    }
+  }
+}
+
+void X86GemmQuantOps::emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble) {
+  const x86::Vec w = vec(body.weights[size_t(v)]);
+  // lanes codes of the vector, one byte each, sign-extended to dwords.
+  x86::Mem src = x86::ptr(body.panel, b_disp + int32_t(v * t_.lanes));
+  src.setSize(uint32_t(t_.lanes));
+  a_.vpmovsxbd(w, src);
+  if (key_.quant == GemmQuant::kF32Qc4w) {
+    if (nibble == 0) {  // bits 0-3: to the top of the dword, then arithmetically down
+      a_.vpslld(w, w, imm(28));
+      a_.vpsrad(w, w, imm(28));
+    } else {  // bits 4-7 of the sign-extended byte: its sign is the nibble's
+      a_.vpsrad(w, w, imm(4));
+    }
+  }
+  a_.vcvtdq2ps(w, w);
+}
+
+void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t src) {
+  if (f32_accumulators()) a_.vaddps(vec(dst), vec(dst), vec(src));
+  else a_.vpaddd(vec(dst), vec(dst), vec(src));
+}
+
+void X86GemmQuantOps::emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
+                                    const x86::Gp& gp1) {
+  const GemmPanelOffsets o = gemm_panel_offsets(key_);
+  auto column = [&](int64_t offset, int64_t j) {
+    return x86::ptr(body.panel, panel_disp + int32_t(offset + j * t_.bytes));
+  };
+  std::vector<uint32_t> free = body.temps;
+  free.insert(free.end(), body.weights.begin(), body.weights.end());
+  const x86::Vec zero_point = vec(free[0]), x_scale = vec(free[1]), tmp = vec(free[2]);
+  const bool qd8 = gemm_quantized_input(key_.quant);
+  if (qd8) {
+    a_.mov(gp0, SJ_ARG(x_zero));
+    a_.mov(gp1, SJ_ARG(x_scale));
+  }
+  for (int64_t i = 0; i < mr_; ++i) {
+    if (qd8) {
+      a_.vpbroadcastd(zero_point, x86::dword_ptr(gp0, int32_t(i * 4)));
+      a_.vbroadcastss(x_scale, x86::dword_ptr(gp1, int32_t(i * 4)));
+    }
+    for (int64_t j = 0; j < nv_; ++j) {
+      const x86::Vec acc = vec(body.acc(0, i, j));
+      if (qd8) {
+        if (key_.dot && key_.quant == GemmQuant::kQd8Qc4w) a_.vpsrad(acc, acc, imm(4));  // 16 x sum, exactly
+        a_.vpmulld(tmp, zero_point, column(o.colsum, j));
+        a_.vpsubd(acc, acc, tmp);
+        a_.vcvtdq2ps(acc, acc);
+        a_.vmulps(tmp, x_scale, column(o.wscale, j));  // f32(x_scale[r] * wscale[c])
+        a_.vmulps(acc, acc, tmp);
+      } else {
+        a_.vmulps(acc, acc, column(o.wscale, j));
+      }
+      if (key_.bias) a_.vaddps(acc, acc, column(o.bias, j));
+    }
+  }
+}
+
+void X86GemmQuantOps::emit_constants() {
+  if (!pool_.isValid()) return;
+  a_.align(AlignMode::kData, 64);
+  a_.bind(pool_);
+  for (uint32_t dword : pool_dwords_)
+    for (int64_t l = 0; l < t_.lanes; ++l) a_.embed(&dword, sizeof(dword));
+}
+
+}  // namespace shapejit::jit

@@ -1,0 +1,97 @@
+// x86 primitives of the quantized GEMM forms (GemmQuant, docs/quantized-linear-semantics.md): the
+// k step of each form (unpacking the panel's codes in registers, the integer or f32 products),
+// how partial-sum sets combine, and the epilogue that turns the accumulators into the f32 value
+// before the activation. The kernel body around them (panel loop, k loop, activation, scale,
+// stores) is the f32 GEMM emitter's (jit/x86/gemm_emitter.cpp), so those are written once.
+//
+// The qd8 forms never use vpmaddubsw: its u8 x s8 pair sums saturate at 16 bits (255 * 127 * 2
+// does not fit), and the contract's int32 accumulator is exact. Instead:
+//   - widening (AVX2, AVX-512BW): each column's 4 codes sit in one dword of the panel; shifting
+//     words left then arithmetically right sign-extends the even and the odd bytes (or the
+//     nibbles) to 16 bits in place, the input's 4 bytes are split into words the same way, and
+//     vpmaddwd of the even halves plus vpmaddwd of the odd halves gives the column's 4-term dot
+//     product in its own dword lane: no lane shuffles and no extra accumulators;
+//   - `dot` (AVX-512 VNNI): vpdpbusd takes the biased u8 input and the s8 codes as they are.
+//     int4 codes are used as 16 x code (the nibble moved to the top of its byte), and the sum is
+//     shifted right by 4 at the end: exact, since |sum| <= 65536 * 255 * 8 < 2^27.
+// Either way acc = sum u * code, then acc - x_zero[r] * colsum[c] (the contract's correction).
+#pragma once
+
+#include <asmjit/x86.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "jit/gemm_kernel.hpp"
+#include "jit/x86/vec_traits.hpp"
+
+namespace shapejit::jit {
+
+/// Registers and addressing the kernel body lends to the quantized primitives.
+struct X86QuantBody {
+  std::function<asmjit::x86::Mem(int64_t row, int32_t disp)> x_row;  ///< row `row` of X, + disp bytes
+  std::function<uint32_t(int64_t set, int64_t row, int64_t v)> acc;  ///< accumulator register ids
+  std::vector<uint32_t> weights;  ///< gemm_x86_step_registers(...).weights vector registers
+  std::vector<uint32_t> temps;    ///< at least gemm_x86_step_registers(...).temps
+  asmjit::x86::Gp panel;          ///< the panel pointer (advanced by the k loop)
+  asmjit::x86::Gp args;           ///< const GemmKernelArgs*
+};
+
+class X86GemmQuantOps {
+ public:
+  /// `key.quant` must not be kF32; throws shapejit::Error(kUnsupported) for a form or variant
+  /// this ISA has no code for (`dot` needs AVX-512).
+  X86GemmQuantOps(const GemmKey& key, asmjit::x86::Assembler& a);
+
+  // Shape of the k loop: full_steps() steps, each reading x_step() bytes of every X row and
+  // b_step() bytes of the panel, then, when half_step(), one step that reads one f32 of X
+  // (kF32Qc4w with an odd K: the panel's last byte row holds one code per column).
+  int64_t full_steps() const { return full_steps_; }
+  bool half_step() const { return half_; }
+  int32_t x_step() const { return x_step_; }
+  int32_t b_step() const { return b_step_; }
+  /// The accumulators hold f32 during the k loop (weight-only forms), else int32.
+  bool f32_accumulators() const { return !gemm_quantized_input(key_.quant); }
+
+  /// qd8 forms: one k step into accumulator set `set` (x_disp / b_disp: the step's offsets
+  /// from the row and panel pointers).
+  void emit_qd8_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
+  /// Weight-only forms: converts the step's codes of vector v to f32 into body.weights[v]
+  /// (`nibble` 0/1: the low / high code of each byte of an int4 row); the body then multiplies
+  /// them by the broadcast inputs as in the f32 kernel.
+  void emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble);
+
+  /// dst += src for two accumulators (vpaddd for int32, vaddps for f32).
+  void emit_add_accumulators(uint32_t dst, uint32_t src);
+
+  /// After the k loop and the set combination (accumulators in set 0): the contract's value
+  /// before the activation. qd8: acc - x_zero[r] * colsum[c], converted to f32, times the
+  /// rounded product x_scale[r] * wscale[c], plus bias[c]; weight-only: acc * wscale[c] +
+  /// bias[c]; every product and sum rounded on its own (no FMA). `panel_disp` is the panel's
+  /// start relative to body.panel; gp0 and gp1 are free general-purpose registers.
+  void emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
+                     const asmjit::x86::Gp& gp1);
+
+  /// The vector constants the code above referred to (call once, after the function's code).
+  void emit_constants();
+
+ private:
+  asmjit::x86::Vec vec(uint32_t id) const;
+  asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
+  void load(uint32_t dst, const asmjit::x86::Mem& src);
+  void widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp, int half);
+  void dot_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
+
+  GemmKey key_;
+  X86VecTraits t_;
+  asmjit::x86::Assembler& a_;
+  int64_t nv_, mr_;
+  int64_t full_steps_ = 0;
+  bool half_ = false;
+  int32_t x_step_ = 0, b_step_ = 0;
+  asmjit::Label pool_;
+  std::vector<uint32_t> pool_dwords_;
+};
+
+}  // namespace shapejit::jit
