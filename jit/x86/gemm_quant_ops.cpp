@@ -180,8 +180,8 @@ void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t src) {
   else a_.vpaddd(vec(dst), vec(dst), vec(src));
 }
 
-void X86GemmQuantOps::emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
-                                    const x86::Gp& gp1) {
+void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
+                                      const x86::Gp& gp1) {
   const GemmPanelOffsets o = gemm_panel_offsets(key_);
   auto column = [&](int64_t offset, int64_t j) {
     return x86::ptr(body.panel, panel_disp + int32_t(offset + j * t_.bytes));
@@ -201,19 +201,31 @@ void X86GemmQuantOps::emit_epilogue(const X86QuantBody& body, int32_t panel_disp
     }
     for (int64_t j = 0; j < nv_; ++j) {
       const x86::Vec acc = vec(body.acc(0, i, j));
-      if (qd8) {
-        if (key_.dot && key_.quant == GemmQuant::kQd8Qc4w) a_.vpsrad(acc, acc, imm(4));  // 16 x sum, exactly
-        a_.vpmulld(tmp, zero_point, column(o.colsum, j));
-        a_.vpsubd(acc, acc, tmp);
-        a_.vcvtdq2ps(acc, acc);
-        a_.vmulps(tmp, x_scale, column(o.wscale, j));  // f32(x_scale[r] * wscale[c])
-        a_.vmulps(acc, acc, tmp);
-      } else {
+      if (!qd8) {
         a_.vmulps(acc, acc, column(o.wscale, j));
+        continue;
       }
-      if (key_.bias) a_.vaddps(acc, acc, column(o.bias, j));
+      if (key_.dot && key_.quant == GemmQuant::kQd8Qc4w) a_.vpsrad(acc, acc, imm(4));  // 16 x sum, exactly
+      a_.vpmulld(tmp, zero_point, column(o.colsum, j));
+      a_.vpsubd(acc, acc, tmp);
+      a_.vcvtdq2ps(acc, acc);
+      a_.vmulps(tmp, x_scale, column(o.wscale, j));  // f32(x_scale[r] * wscale[c])
+      a_.vmulps(acc, acc, tmp);
     }
   }
+}
+
+void X86GemmQuantOps::emit_add_bias(const X86QuantBody& body, uint32_t acc, int64_t v, int32_t panel_disp) {
+  const int64_t offset = gemm_panel_offsets(key_).bias;
+  a_.vaddps(vec(acc), vec(acc), x86::ptr(body.panel, panel_disp + int32_t(offset + v * t_.bytes)));
+}
+
+void X86GemmQuantOps::emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
+                                    const x86::Gp& gp1) {
+  emit_dequantize(body, panel_disp, gp0, gp1);
+  if (!key_.bias) return;
+  for (int64_t i = 0; i < mr_; ++i)
+    for (int64_t j = 0; j < nv_; ++j) emit_add_bias(body, body.acc(0, i, j), j, panel_disp);
 }
 
 void X86GemmQuantOps::emit_constants() {

@@ -65,11 +65,17 @@ class X86GemmQuantOps {
   /// dst += src for two accumulators (vpaddd for int32, vaddps for f32).
   void emit_add_accumulators(uint32_t dst, uint32_t src);
 
-  /// After the k loop and the set combination (accumulators in set 0): the contract's value
-  /// before the activation. qd8: acc - x_zero[r] * colsum[c], converted to f32, times the
-  /// rounded product x_scale[r] * wscale[c], plus bias[c]; weight-only: acc * wscale[c] +
-  /// bias[c]; every product and sum rounded on its own (no FMA). `panel_disp` is the panel's
-  /// start relative to body.panel; gp0 and gp1 are free general-purpose registers.
+  /// After the k loop and the set combination (accumulators in set 0): f32 values from the
+  /// accumulators. qd8: acc - x_zero[r] * colsum[c], converted to f32, times the rounded product
+  /// x_scale[r] * wscale[c]; weight-only: acc * wscale[c]; every product rounded on its own (no
+  /// FMA). `panel_disp` is the panel's start relative to body.panel; gp0 and gp1 are free
+  /// general-purpose registers.
+  void emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
+                       const asmjit::x86::Gp& gp1);
+  /// acc += bias vector v of the panel (`panel_disp` as above), rounded on its own.
+  void emit_add_bias(const X86QuantBody& body, uint32_t acc, int64_t v, int32_t panel_disp);
+  /// emit_dequantize, then emit_add_bias over the tile when key.bias: the contract's value
+  /// before the activation.
   void emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
                      const asmjit::x86::Gp& gp1);
 
