@@ -60,6 +60,12 @@ const std::vector<std::string> kGoldenKeys{
     // AVX-512; relu and the offset-table store on AVX2.
     "gemm.avx512.4x32.k3.bias.gelu.scale",
     "gemm.avx2.3x24.k5.relu.tab",
+    // Quantized forms: qd8 int8 widened to 16 bits on AVX2 (K padded to 12), qd8 int4 with
+    // vpdpbusd on AVX-512 (nibbles as 16 x code, shifted back before the correction), and the
+    // weight-only int4 form with an odd K (its last byte row's high codes unread).
+    "gemm.avx2.2x16.k9.qd8qc8w.bias",
+    "gemm.avx512.2x32.k12.qd8qc4w.relu.dot",
+    "gemm.avx2.2x16.k3.f32qc4w.bias",
 };
 
 // The subcommand that dumps a key: embedding-bag for embag.*, linear-group for gemm.*.
