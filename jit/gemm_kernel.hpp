@@ -54,9 +54,10 @@ struct GemmStepRegisters {
   int temps;    ///< input broadcasts and products
 };
 /// The x86 rule, per form: f32 and weight-only (codes converted to f32 in place): nv weights
-/// and two broadcasts; qd8 widened to 16 bits (vpmaddwd): 2 nv weight halves, the input's two
-/// word halves and one product; qd8 with vpdpbusd (`dot`): nv weights (2 nv for int4: the two
-/// nibbles) and two input broadcasts.
+/// and two broadcasts; qd8-qc8w widened to 16 bits (vpmaddwd): 2 nv weight halves, the input's
+/// two word halves and one product; qd8-qc4w without `dot` (vpmaddubsw, exact for int4): 2 nv
+/// nibble vectors, two input broadcasts and two products; qd8 with vpdpbusd (`dot`): nv
+/// weights (2 nv for int4: the two nibbles) and two input broadcasts.
 GemmStepRegisters gemm_x86_step_registers(int nv, GemmQuant quant, bool dot);
 
 /// Accumulator registers a kernel of `nv` vectors per panel may use on `isa` for `quant` (and

@@ -74,7 +74,7 @@ GemmStepRegisters gemm_x86_step_registers(int nv, GemmQuant quant, bool dot) {
     case GemmQuant::kF32Qc8w:
     case GemmQuant::kF32Qc4w: return {nv, 2};
     case GemmQuant::kQd8Qc8w: return dot ? GemmStepRegisters{nv, 2} : GemmStepRegisters{2 * nv, 3};
-    case GemmQuant::kQd8Qc4w: return dot ? GemmStepRegisters{2 * nv, 2} : GemmStepRegisters{2 * nv, 3};
+    case GemmQuant::kQd8Qc4w: return dot ? GemmStepRegisters{2 * nv, 2} : GemmStepRegisters{2 * nv, 4};
   }
   return {nv, 2};
 }

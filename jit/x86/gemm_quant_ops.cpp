@@ -16,6 +16,9 @@ namespace {
 
 constexpr uint32_t kLowBytesOfWords = 0x00FF00FFu;  // the even bytes of each 16-bit word
 constexpr uint32_t kHighNibbles = 0xF0F0F0F0u;      // the top nibble of every byte
+constexpr uint32_t kLowNibbles = 0x0F0F0F0Fu;       // the low nibble of every byte
+constexpr uint32_t kNibbleSign = 0x08080808u;       // (n ^ 8) - 8 sign-extends a nibble n
+constexpr uint32_t kOneWords = 0x00010001u;         // vpmaddwd by ones: adds word pairs
 
 x86::Mem dword(x86::Mem m) {
   m.setSize(4);
@@ -72,35 +75,63 @@ void X86GemmQuantOps::load(uint32_t dst, const x86::Mem& src) {
 
 void X86GemmQuantOps::emit_qd8_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
   if (key_.dot) return dot_step(body, set, x_disp, b_disp);
-  widen_step(body, set, x_disp, b_disp, 0);
-  if (key_.quant == GemmQuant::kQd8Qc4w) widen_step(body, set, x_disp, b_disp, 1);
+  if (key_.quant == GemmQuant::kQd8Qc4w) return int4_byte_step(body, set, x_disp, b_disp);
+  widen_step(body, set, x_disp, b_disp);
 }
 
-// One 4-code group per column: for int8 the dword's 4 codes; for int4 (half 0 / 1) the low /
-// high nibbles of its 4 bytes, i.e. codes 8g..8g+3 / 8g+4..8g+7, against input bytes
-// x_disp + 4 * half.
-void X86GemmQuantOps::widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp, int half) {
-  const bool int4 = key_.quant == GemmQuant::kQd8Qc4w;
+// int4 codes without VNNI: vpmaddubsw is exact here, unlike for int8 codes: each of its pair sums
+// is at most 2 * 255 * 8 = 4080 in magnitude, and the two (low and high nibble) results added in
+// 16 bits at most 8160, far from the int16 limits. Codes sign-extended to bytes in registers,
+// then per row and vector: two vpmaddubsw, vpaddw, vpmaddwd by ones (int32 per column), vpaddd.
+void X86GemmQuantOps::int4_byte_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
+  const x86::Mem low = vector_constant(kLowNibbles), sign = vector_constant(kNibbleSign);
+  const x86::Mem ones = vector_constant(kOneWords);
+  for (int64_t j = 0; j < nv_; ++j) {
+    const x86::Vec lo = vec(body.weights[size_t(2 * j)]), hi = vec(body.weights[size_t(2 * j + 1)]);
+    load(body.weights[size_t(2 * j + 1)], x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes)));
+    if (t_.avx512) {
+      a_.vpandd(lo, hi, low);
+      a_.vpsrlw(hi, hi, imm(4));
+      a_.vpandd(hi, hi, low);
+      a_.vpxord(lo, lo, sign);
+      a_.vpxord(hi, hi, sign);
+    } else {
+      a_.vpand(lo, hi, low);
+      a_.vpsrlw(hi, hi, imm(4));
+      a_.vpand(hi, hi, low);
+      a_.vpxor(lo, lo, sign);
+      a_.vpxor(hi, hi, sign);
+    }
+    a_.vpsubb(lo, lo, sign);
+    a_.vpsubb(hi, hi, sign);
+  }
+  const int64_t groups = std::max<int64_t>(1, int64_t(body.temps.size()) / 4);
+  for (int64_t i = 0; i < mr_; ++i) {
+    const int64_t g = i % groups;
+    const x86::Vec u0 = vec(body.temps[size_t(4 * g)]), u1 = vec(body.temps[size_t(4 * g + 1)]);
+    const x86::Vec p0 = vec(body.temps[size_t(4 * g + 2)]), p1 = vec(body.temps[size_t(4 * g + 3)]);
+    a_.vpbroadcastd(u0, dword(body.x_row(i, x_disp)));      // u of codes 8g .. 8g+3 (low nibbles)
+    a_.vpbroadcastd(u1, dword(body.x_row(i, x_disp + 4)));  // and of 8g+4 .. 8g+7 (high nibbles)
+    for (int64_t j = 0; j < nv_; ++j) {
+      const x86::Vec acc = vec(body.acc(set, i, j));
+      a_.vpmaddubsw(p0, u0, vec(body.weights[size_t(2 * j)]));
+      a_.vpmaddubsw(p1, u1, vec(body.weights[size_t(2 * j + 1)]));
+      a_.vpaddw(p0, p0, p1);
+      a_.vpmaddwd(p0, p0, ones);
+      a_.vpaddd(acc, acc, p0);
+    }
+  }
+}
+
+// One 4-code group per column (the dword's 4 int8 codes), against input bytes x_disp .. +3.
+void X86GemmQuantOps::widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
   // Weights: even = the codes of bytes 0 and 2 of each dword as words, odd = bytes 1 and 3.
-  // In a word of int4 codes, bits 0-3 / 8-11 are the low nibbles of its two bytes and bits
-  // 4-7 / 12-15 the high ones: shift the wanted nibble to the top, then arithmetically down.
   for (int64_t j = 0; j < nv_; ++j) {
     const x86::Vec even = vec(body.weights[size_t(2 * j)]), odd = vec(body.weights[size_t(2 * j + 1)]);
     load(body.weights[size_t(2 * j + 1)], x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes)));
-    if (!int4) {
-      a_.vpsllw(even, odd, imm(8));
-      a_.vpsraw(even, even, imm(8));
-      a_.vpsraw(odd, odd, imm(8));
-    } else if (half == 0) {
-      a_.vpsllw(even, odd, imm(12));
-      a_.vpsraw(even, even, imm(12));
-      a_.vpsllw(odd, odd, imm(4));
-      a_.vpsraw(odd, odd, imm(12));
-    } else {
-      a_.vpsllw(even, odd, imm(8));
-      a_.vpsraw(even, even, imm(12));
-      a_.vpsraw(odd, odd, imm(12));
-    }
+    a_.vpsllw(even, odd, imm(8));
+    a_.vpsraw(even, even, imm(8));
+    a_.vpsraw(odd, odd, imm(8));
   }
   // Per row: the 4 input bytes broadcast, split into the words (u0, u2) and (u1, u3) (zero-
   // extended: u is unsigned), then two vpmaddwd per vector, each pair sum <= 2 * 255 * 128.
@@ -110,7 +141,7 @@ void X86GemmQuantOps::widen_step(const X86QuantBody& body, int64_t set, int32_t 
     const int64_t g = i % groups;
     const x86::Vec ue = vec(body.temps[size_t(3 * g)]), uo = vec(body.temps[size_t(3 * g + 1)]);
     const x86::Vec prod = vec(body.temps[size_t(3 * g + 2)]);
-    a_.vpbroadcastd(ue, dword(body.x_row(i, x_disp + 4 * half)));
+    a_.vpbroadcastd(ue, dword(body.x_row(i, x_disp)));
     a_.vpsrlw(uo, ue, imm(8));
     if (t_.avx512) a_.vpandd(ue, ue, mask);
     else a_.vpand(ue, ue, mask);

@@ -4,13 +4,16 @@
 // before the activation. The kernel body around them (panel loop, k loop, activation, scale,
 // stores) is the f32 GEMM emitter's (jit/x86/gemm_emitter.cpp), so those are written once.
 //
-// The qd8 forms never use vpmaddubsw: its u8 x s8 pair sums saturate at 16 bits (255 * 127 * 2
+// qd8-qc8w never uses vpmaddubsw: its u8 x s8 pair sums saturate at 16 bits (255 * 127 * 2
 // does not fit), and the contract's int32 accumulator is exact. Instead:
 //   - widening (AVX2, AVX-512BW): each column's 4 codes sit in one dword of the panel; shifting
-//     words left then arithmetically right sign-extends the even and the odd bytes (or the
-//     nibbles) to 16 bits in place, the input's 4 bytes are split into words the same way, and
-//     vpmaddwd of the even halves plus vpmaddwd of the odd halves gives the column's 4-term dot
-//     product in its own dword lane: no lane shuffles and no extra accumulators;
+//     words left then arithmetically right sign-extends the even and the odd bytes to 16 bits
+//     in place, the input's 4 bytes are split into words the same way, and vpmaddwd of the even
+//     halves plus vpmaddwd of the odd halves gives the column's 4-term dot product in its own
+//     dword lane: no lane shuffles and no extra accumulators;
+//   - qd8-qc4w without VNNI: with codes in [-8, 7] a vpmaddubsw pair sum is at most
+//     2 * 255 * 8 = 4080, so vpmaddubsw is exact there and does twice the work of vpmaddwd: the
+//     nibbles are sign-extended to bytes, then vpmaddubsw, vpaddw, vpmaddwd by ones, vpaddd;
 //   - `dot` (AVX-512 VNNI): vpdpbusd takes the biased u8 input and the s8 codes as they are.
 //     int4 codes are used as 16 x code (the nibble moved to the top of its byte), and the sum is
 //     shifted right by 4 at the end: exact, since |sum| <= 65536 * 255 * 8 < 2^27.
@@ -86,8 +89,9 @@ class X86GemmQuantOps {
   asmjit::x86::Vec vec(uint32_t id) const;
   asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
   void load(uint32_t dst, const asmjit::x86::Mem& src);
-  void widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp, int half);
+  void widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
   void dot_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
+  void int4_byte_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
 
   GemmKey key_;
   X86VecTraits t_;
