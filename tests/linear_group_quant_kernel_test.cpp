@@ -6,7 +6,8 @@
 //         f32 group's bound (ref::reference_element of a one-term dot) for the other activations;
 //   weight-only: acc = sum_k x * float(code) within the f32 group's bound (codes as weights),
 //         then f32(f32(acc * wscale) + bias) and the activation, the bound carried through.
-// Per variant (AVX2 and AVX-512BW widening to 16 bits, AVX-512 VNNI `dot`) on random keys: K off
+// Per variant (AVX2 and AVX-512BW without VNNI: int8 codes widened to 16 bits, int4 codes with
+// vpmaddubsw; AVX-512 VNNI `dot`) on random keys: K off
 // every group size (odd for int4), nc with tails, every mr up to gemm_max_mr, bias or not, every
 // activation, scale, row-major and table stores. Inputs end at PROT_NONE pages (X rows readable
 // exactly to gemm_padded_k bytes for qd8, K floats otherwise; the panels, scales and zero

@@ -43,15 +43,17 @@ X86GemmEmitter::X86GemmEmitter(const GemmKey& key, CodeHolder& code)
 void X86GemmEmitter::check_isa() const {
   if (isa_traits(key().isa).family != IsaFamily::kX86) unsupported("not an x86 ISA");
   if (code().arch() != Arch::kX64) unsupported("the CodeHolder is not initialised for x86-64");
+  if (key().quant != GemmQuant::kF32 || key().dot) check_quant_key();
 }
 
 // A small tile alone has too few independent chains to keep both FMA pipes busy: give each
 // output several partial sums (k steps rotate over them) while the register budget lasts.
 int64_t X86GemmEmitter::plan_sets() const {
   const int64_t chains = mr() * nv();
-  const int64_t budget = gemm_accumulator_budget(key().isa, int(nv()));
+  const int64_t budget = gemm_accumulator_budget(key().isa, int(nv()), key().quant, key().dot);
+  const int64_t steps = std::max<int64_t>(1, gemm_padded_k(key()) / k_step_width());
   int64_t sets = 1;
-  if (chains < kMinChains) sets = std::min({(kMinChains + chains - 1) / chains, budget / chains, key().k});
+  if (chains < kMinChains) sets = std::min({(kMinChains + chains - 1) / chains, budget / chains, steps});
   return std::max<int64_t>(sets, 1);
 }
 
@@ -72,13 +74,18 @@ void X86GemmEmitter::plan_registers() {
   if (key().store == GemmStore::kTable)
     for (int64_t j = 0; j < nv(); ++j) tcol_.push_back(gpq());
 
-  for (int64_t j = 0; j < nv(); ++j) bv_.push_back(vecs_.take());
+  // The panel row's registers, the accumulators, then the temporaries (gemm_x86_step_registers:
+  // the one rule, also gemm_max_mr's). The quantized steps rotate theirs in threes or fours.
+  const GemmStepRegisters step = gemm_x86_step_registers(int(nv()), key().quant, key().dot);
+  for (int64_t j = 0; j < step.weights; ++j) bv_.push_back(vecs_.take());
   std::vector<uint32_t> acc;
   for (int64_t i = 0; i < sets() * tile_vectors(); ++i) acc.push_back(vecs_.take());
   set_accumulators(std::move(acc));
-  const uint32_t temps = std::min<uint32_t>(4, vecs_.available());
+  const uint32_t temps = std::min<uint32_t>(uint32_t(step.temps == 3 ? 6 : std::max(4, step.temps)), vecs_.available());
   for (uint32_t i = 0; i < temps; ++i) bc_.push_back(vecs_.take());
-  if (bc_.size() < 2) throw Error(Status::kInternalError, kernel_name() + ": vector register plan is wrong");
+  if (bc_.size() < size_t(std::max(2, step.temps)))
+    throw Error(Status::kInternalError, kernel_name() + ": vector register plan is wrong");
+  if (key().quant != GemmQuant::kF32) quant_ = std::make_unique<X86GemmQuantOps>(key(), a_);
   if (t_.avx512 && tail() != 0) k_tail_ = x86::k(kregs_.take());
   spill_bytes_ = calls_out() ? (tile_vectors() * vbytes_ + 63) / 64 * 64 : 0;
 }
@@ -148,8 +155,8 @@ void X86GemmEmitter::panel_loop_end(const Label& top) {
 void X86GemmEmitter::k_loop_begin(int64_t iterations) { a_.mov(kcnt_, iterations); }
 
 void X86GemmEmitter::k_loop_end(int64_t k, const Label& top) {
-  a_.add(p0_, static_cast<int32_t>(k * 4));
-  if (mr() > 3) a_.add(p3_, static_cast<int32_t>(k * 4));
+  a_.add(p0_, static_cast<int32_t>(k * x_bytes_per_k()));
+  if (mr() > 3) a_.add(p3_, static_cast<int32_t>(k * x_bytes_per_k()));
   a_.add(b_, static_cast<int32_t>(weight_bytes(k)));
   a_.dec(kcnt_);
   a_.jnz(top);

@@ -5,10 +5,12 @@
 #include <asmjit/x86.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "jit/gemm_kernel.hpp"
 #include "jit/gemm_skeleton.hpp"
+#include "jit/x86/gemm_quant_ops.hpp"
 #include "jit/x86/vec_traits.hpp"
 
 namespace shapejit::jit {
@@ -19,7 +21,8 @@ namespace shapejit::jit {
 /// both FMA pipes stay busy. X and Y rows 0..7 are addressed from two bases and two strides.
 /// Activation calls follow the System V AMD64 ABI: the tile is spilled to a 64-byte aligned
 /// stack area; across calls only args_, b_, panels_, cur_ and sp_save_ live, in callee-saved
-/// registers.
+/// registers. The quantized forms' k step, dequantization and bias come from X86GemmQuantOps
+/// (jit/x86/gemm_quant_ops.hpp; gemm_emitter_quant.cpp lends it the registers).
 class X86GemmEmitter final : public GemmSkeleton {
  public:
   X86GemmEmitter(const GemmKey& key, asmjit::CodeHolder& code);
@@ -29,7 +32,10 @@ class X86GemmEmitter final : public GemmSkeleton {
   asmjit::BaseEmitter& attach_assembler() override { return a_; }
   void check_isa() const override;
   int64_t plan_sets() const override;
-  int64_t k_step_width() const override { return 1; }
+  int64_t k_step_width() const override { return gemm_k_group(key().quant); }
+  // qd8: whole code groups (the rows are padded); the weight-only forms: single k (f32-qc4w's odd
+  // K ends with one k, the low codes of the last byte row).
+  int64_t k_rest_step_width(int64_t left) const override;
   int64_t k_loop_steps() const override { return sets() * ((4 + sets() - 1) / sets()); }
   void plan_registers() override;
   void emit_prolog_frame() override;
@@ -49,6 +55,14 @@ class X86GemmEmitter final : public GemmSkeleton {
   void prefetch_weights(int64_t offset) override;
   GemmXOperand broadcast_x(const GemmKStep& s, int64_t row, int64_t kk) override;
   void fma(uint32_t acc, int64_t v, const GemmXOperand& x) override;
+
+  // Quantized forms (gemm_emitter_quant.cpp).
+  void check_quant_key() const;
+  void quant_k_step(const GemmKStep& s) override;
+  void dequantize() override;
+  void add_bias(uint32_t acc, int64_t v, int64_t offset) override;
+  X86QuantBody quant_body() const;
+  int64_t x_bytes_per_k() const { return gemm_quantized_input(key().quant) ? 1 : 4; }
 
   // Epilogue, activation calls and stores (gemm_emitter_epilogue.cpp).
   uint32_t free_vec(int which) const override { return which == 0 ? bv_[0] : bc_[1]; }
@@ -94,6 +108,7 @@ class X86GemmEmitter final : public GemmSkeleton {
   asmjit::Label pool_;
   std::vector<uint32_t> pool_bits_;    // constants, one float each
   asmjit::Label mask_table_;
+  std::unique_ptr<X86GemmQuantOps> quant_;  // the quantized forms' primitives (null for f32)
 };
 
 /// Emits the x86 kernel for `key` (key.isa is kAvx512 or kAvx2) into `code`.

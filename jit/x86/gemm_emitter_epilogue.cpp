@@ -30,7 +30,11 @@ constexpr uint32_t kConstTmp = 2;  // the activation recipes' constants go throu
 
 // Combine, relu, scale --------------------------------------------------------------------------
 
-void X86GemmEmitter::add_vec(uint32_t dst, uint32_t a, uint32_t b) { a_.vaddps(vec(dst), vec(a), vec(b)); }
+// The qd8 forms' accumulators are int32 until dequantize().
+void X86GemmEmitter::add_vec(uint32_t dst, uint32_t a, uint32_t b) {
+  if (quant_) quant_->emit_add_accumulators(dst, a, b);
+  else a_.vaddps(vec(dst), vec(a), vec(b));
+}
 
 // max(0, x) with x second: maxps returns the second operand when either is NaN, so NaN
 // propagates as the reference requires.
@@ -141,6 +145,7 @@ void X86GemmEmitter::advance_panel(int64_t b_bytes, int64_t cur_bytes) {
 // Data ------------------------------------------------------------------------------------------
 
 void X86GemmEmitter::emit_data() {
+  if (quant_) quant_->emit_constants();
   if (pool_.isValid()) {
     a_.align(AlignMode::kData, 64);
     a_.bind(pool_);

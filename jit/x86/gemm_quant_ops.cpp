@@ -38,22 +38,6 @@ X86GemmQuantOps::X86GemmQuantOps(const GemmKey& key, x86::Assembler& a)
   if (key.dot && !t_.avx512)
     throw Error(Status::kUnsupported,
                 name + ": the dot variant needs AVX-512 VNNI (vpdpbusd); AVX2 kernels widen to 16 bits instead");
-  const int64_t w = gemm_panel_width(key);
-  switch (key.quant) {
-    case GemmQuant::kQd8Qc8w:  // 4 codes per column and step
-      full_steps_ = gemm_padded_k(key) / 4, x_step_ = 4, b_step_ = int32_t(w * 4);
-      break;
-    case GemmQuant::kQd8Qc4w:  // 8 codes per column (one dword) and step
-      full_steps_ = gemm_padded_k(key) / 8, x_step_ = 8, b_step_ = int32_t(w * 4);
-      break;
-    case GemmQuant::kF32Qc8w:  // one byte row of codes per k
-      full_steps_ = key.k, x_step_ = 4, b_step_ = int32_t(w);
-      break;
-    case GemmQuant::kF32Qc4w:  // one byte row holds two k
-      full_steps_ = key.k / 2, half_ = key.k % 2 != 0, x_step_ = 8, b_step_ = int32_t(w);
-      break;
-    case GemmQuant::kF32: break;
-  }
 }
 
 x86::Vec X86GemmQuantOps::vec(uint32_t id) const {
@@ -206,9 +190,9 @@ void X86GemmQuantOps::emit_weight_only_codes(const X86QuantBody& body, int64_t v
   a_.vcvtdq2ps(w, w);
 }
 
-void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t src) {
-  if (f32_accumulators()) a_.vaddps(vec(dst), vec(dst), vec(src));
-  else a_.vpaddd(vec(dst), vec(dst), vec(src));
+void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b) {
+  if (f32_accumulators()) a_.vaddps(vec(dst), vec(a), vec(b));
+  else a_.vpaddd(vec(dst), vec(a), vec(b));
 }
 
 void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
@@ -244,19 +228,6 @@ void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_di
       a_.vmulps(acc, acc, tmp);
     }
   }
-}
-
-void X86GemmQuantOps::emit_add_bias(const X86QuantBody& body, uint32_t acc, int64_t v, int32_t panel_disp) {
-  const int64_t offset = gemm_panel_offsets(key_).bias;
-  a_.vaddps(vec(acc), vec(acc), x86::ptr(body.panel, panel_disp + int32_t(offset + v * t_.bytes)));
-}
-
-void X86GemmQuantOps::emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
-                                    const x86::Gp& gp1) {
-  emit_dequantize(body, panel_disp, gp0, gp1);
-  if (!key_.bias) return;
-  for (int64_t i = 0; i < mr_; ++i)
-    for (int64_t j = 0; j < nv_; ++j) emit_add_bias(body, body.acc(0, i, j), j, panel_disp);
 }
 
 void X86GemmQuantOps::emit_constants() {

@@ -2,7 +2,8 @@
 // k step of each form (unpacking the panel's codes in registers, the integer or f32 products),
 // how partial-sum sets combine, and the epilogue that turns the accumulators into the f32 value
 // before the activation. The kernel body around them (panel loop, k loop, activation, scale,
-// stores) is the f32 GEMM emitter's (jit/x86/gemm_emitter.cpp), so those are written once.
+// stores) is the GEMM skeleton's (jit/gemm_skeleton.hpp), so those are written once; the x86
+// back end (jit/x86/gemm_emitter_quant.cpp) lends these primitives its registers.
 //
 // qd8-qc8w never uses vpmaddubsw: its u8 x s8 pair sums saturate at 16 bits (255 * 127 * 2
 // does not fit), and the contract's int32 accumulator is exact. Instead:
@@ -47,13 +48,6 @@ class X86GemmQuantOps {
   /// this ISA has no code for (`dot` needs AVX-512).
   X86GemmQuantOps(const GemmKey& key, asmjit::x86::Assembler& a);
 
-  // Shape of the k loop: full_steps() steps, each reading x_step() bytes of every X row and
-  // b_step() bytes of the panel, then, when half_step(), one step that reads one f32 of X
-  // (kF32Qc4w with an odd K: the panel's last byte row holds one code per column).
-  int64_t full_steps() const { return full_steps_; }
-  bool half_step() const { return half_; }
-  int32_t x_step() const { return x_step_; }
-  int32_t b_step() const { return b_step_; }
   /// The accumulators hold f32 during the k loop (weight-only forms), else int32.
   bool f32_accumulators() const { return !gemm_quantized_input(key_.quant); }
 
@@ -65,8 +59,8 @@ class X86GemmQuantOps {
   /// them by the broadcast inputs as in the f32 kernel.
   void emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble);
 
-  /// dst += src for two accumulators (vpaddd for int32, vaddps for f32).
-  void emit_add_accumulators(uint32_t dst, uint32_t src);
+  /// dst = a + b for accumulators (vpaddd for int32, vaddps for f32).
+  void emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b);
 
   /// After the k loop and the set combination (accumulators in set 0): f32 values from the
   /// accumulators. qd8: acc - x_zero[r] * colsum[c], converted to f32, times the rounded product
@@ -75,12 +69,6 @@ class X86GemmQuantOps {
   /// general-purpose registers.
   void emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
                        const asmjit::x86::Gp& gp1);
-  /// acc += bias vector v of the panel (`panel_disp` as above), rounded on its own.
-  void emit_add_bias(const X86QuantBody& body, uint32_t acc, int64_t v, int32_t panel_disp);
-  /// emit_dequantize, then emit_add_bias over the tile when key.bias: the contract's value
-  /// before the activation.
-  void emit_epilogue(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
-                     const asmjit::x86::Gp& gp1);
 
   /// The vector constants the code above referred to (call once, after the function's code).
   void emit_constants();
@@ -97,9 +85,6 @@ class X86GemmQuantOps {
   X86VecTraits t_;
   asmjit::x86::Assembler& a_;
   int64_t nv_, mr_;
-  int64_t full_steps_ = 0;
-  bool half_ = false;
-  int32_t x_step_ = 0, b_step_ = 0;
   asmjit::Label pool_;
   std::vector<uint32_t> pool_dwords_;
 };
