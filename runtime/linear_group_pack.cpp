@@ -66,10 +66,10 @@ PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_q
   p.store = w.layout == SHAPEJIT_LAYOUT_ROW_MAJOR        ? PartStore::kRowMajor
             : base.store == jit::GemmStore::kTable ? PartStore::kTable
                                                    : PartStore::kScatter;
-  // One row block for every part of an ISA (that of a full panel), so parts sharing an input
-  // block its rows alike and each row's kernel (hence its rounding) never depends on the
-  // grouping or the thread count.
-  p.mr = std::min(jit::gemm_max_mr(isa, full_panel_vectors(isa)), kMaxGemmMr);
+  // One row block for every part of an ISA and form (that of a full panel: the register budget
+  // is the form's, jit::gemm_max_mr), so parts sharing an input block its rows alike and each
+  // row's kernel (hence its rounding) never depends on the grouping or the thread count.
+  p.mr = std::min(jit::gemm_max_mr(isa, full_panel_vectors(isa), base.quant, base.dot), kMaxGemmMr);
   for (int r = 1; r <= p.mr; ++r) {
     jit::GemmKey key = base;
     key.mr = r;
