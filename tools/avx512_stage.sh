@@ -11,7 +11,9 @@
 # with the command that installs them; CI installs them (tools/install_deps.sh bochs). The guest is
 # cached in SHAPEJIT_BOCHS_DIR (default ~/.cache/shapejit/bochs, see tools/bochs/prepare.sh; the
 # shards' output goes to BUILD_DIR/bochs-stage); SHAPEJIT_BOCHS_SHARDS overrides the
-# number of parallel Bochs instances (default: the number of cores, at most 4).
+# number of parallel Bochs instances (default: the number of cores, at most 4). Under Bochs the
+# quantized GEMM kernels' test (gemm_quant_kernel_tests, SHAPEJIT_QUANT_KERNEL_CASES random keys
+# per variant, default here 40) runs after the battery; natively it is part of shapejit_tests.
 
 avx512_stage() (
   set -euo pipefail
@@ -19,10 +21,11 @@ avx512_stage() (
   local build
   build=$(realpath -m "${1:-build}")
   local battery=$build/tests/avx512_battery/avx512_battery
+  local quant_kernels=$build/tests/gemm_quant_kernel_tests
   local t0 t1 t2 t3 rc=0
   t0=$(date +%s)
-  echo "== avx512 stage: building avx512_battery"
-  cmake --build "$build" --target avx512_battery -j"$(nproc)" >/dev/null
+  echo "== avx512 stage: building avx512_battery and gemm_quant_kernel_tests"
+  cmake --build "$build" --target avx512_battery gemm_quant_kernel_tests -j"$(nproc)" >/dev/null
   export SHAPEJIT_REQUIRE_ISAS=avx512
 
   if "$battery" --probe; then
@@ -63,6 +66,14 @@ avx512_stage() (
     boots+=("$(sed -n 's/.*, boot \([0-9.?]*\) s.*/\1/p' "$out/shard$i.err" | tail -n 1)")
     [ "$status" = 0 ] || failed=1
   done
+  local t4 quant_status=0
+  t4=$(date +%s)
+  echo "== quantized GEMM kernels under Bochs"
+  SHAPEJIT_QUANT_KERNEL_CASES=${SHAPEJIT_QUANT_KERNEL_CASES:-40} tools/bochs/run.sh -t 1500 "$quant_kernels" \
+      >"$out/quant.out" 2>"$out/quant.err" || quant_status=$?
+  cat "$out/quant.out" "$out/quant.err"
+  echo "-- quantized GEMM kernels (exit status $quant_status, $(( $(date +%s) - t4 )) s)"
+  [ "$quant_status" = 0 ] || failed=1
   local kernels cases
   kernels=$(cat "$out"/shard*.out | awk '/^avx512 battery: isa avx512 ran/ { k += $6 } END { print k + 0 }')
   cases=$(cat "$out"/shard*.out | awk '/^avx512 battery: isa avx512 ran/ { c += $9 } END { print c + 0 }')
@@ -70,7 +81,7 @@ avx512_stage() (
        "boot ${boots[*]} s, battery $(( $(date +%s) - t3 )) s (boot included), stage $(( $(date +%s) - t0 )) s;" \
        "$kernels AVX-512 kernels, $cases cases"
   if [ "$failed" != 0 ]; then
-    echo "== avx512 stage FAILED (see the shards above)"
+    echo "== avx512 stage FAILED (see the shards and the quantized kernels' run above)"
     return 1
   fi
 )
