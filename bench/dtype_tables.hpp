@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/dtype_traits.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
 
@@ -23,7 +24,7 @@ inline constexpr TableDtype kQ8Table{SHAPEJIT_Q8, "q8"};
 inline constexpr TableDtype kQ4Table{SHAPEJIT_Q4, "q4"};
 inline constexpr TableDtype kQ2Table{SHAPEJIT_Q2, "q2"};
 
-inline bool is_quantized(shapejit_dtype t) { return t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2; }
+inline bool is_quantized(shapejit_dtype t) { return jit::is_quantized_table(static_cast<DType>(t)); }
 
 /// One workload's table in one dtype, 64-byte aligned.
 class DtypeTable {

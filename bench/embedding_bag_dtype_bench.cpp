@@ -79,10 +79,12 @@ struct Case {
   std::string problem() const { return std::string(mode.name) + "/" + data.name() + "/" + dtype.name; }
 };
 
-// The output dtype of a table's calls: the table's for f16/bf16, f32 for quantized tables.
-shapejit_dtype output_dtype(shapejit_dtype table) { return is_quantized(table) ? SHAPEJIT_F32 : table; }
+// The output dtype of a table's calls: the table's default (f16/bf16 their own, f32 for quantized).
+shapejit_dtype output_dtype(shapejit_dtype table) {
+  return static_cast<shapejit_dtype>(jit::default_value_dtype(static_cast<DType>(table)));
+}
 
-int64_t element_bytes(shapejit_dtype t) { return t == SHAPEJIT_F32 ? 4 : 2; }
+int64_t element_bytes(shapejit_dtype t) { return jit::dtype_traits(static_cast<DType>(t)).element_bytes; }
 
 shapejit_embedding_bag_ex_args make_args(const Workload& w, const DtypeTable& t, int64_t set, const ModeSpec& mode) {
   shapejit_embedding_bag_args a = embag_call_args(w, set);

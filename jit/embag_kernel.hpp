@@ -10,18 +10,12 @@
 #include <string_view>
 #include <type_traits>
 
+#include "jit/dtype_traits.hpp"
 #include "jit/isa.hpp"
 #include "ref/table_rows.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::jit {
-
-/// True for the rowwise-quantized table dtypes (kQ8, kQ4, kQ2).
-constexpr bool is_quantized_table(DType t) { return t == DType::kQ8 || t == DType::kQ4 || t == DType::kQ2; }
-
-/// The dtype of the output and of per_sample_weights unless the caller picks another
-/// (shapejit_embedding_bag_ex_args): the table's for float tables, f32 for quantized ones.
-constexpr DType default_value_dtype(DType table) { return is_quantized_table(table) ? DType::kF32 : table; }
 
 /// Everything generated code is specialised on. dim == 0 names the generic kernel, which
 /// reads D from EmbagKernelArgs::dim (used once the code-memory bound is reached).

@@ -9,26 +9,21 @@ namespace {
 
 constexpr int64_t kMaxStaticBlocks = 3;  // more blocks than this run in a loop
 
-bool is_float_value_dtype(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
-
-// The dtype combinations quantized-tables-semantics.md defines, by table: float tables output
-// and weight in their own dtype; Q8 takes f32 weights, Q4/Q2 f32 or f16; quantized tables
-// output f32, f16 or bf16. Q4/Q2 rows hold whole bytes of codes (D even / a multiple of 4).
-
+// Why a key breaks the dtype-combination rule (dtype_traits.hpp), in the planner's words.
 std::optional<std::string> dtype_unsupported_reason(const EmbagKey& key) {
-  const DType t = key.table;
-  if (!is_float_value_dtype(t) && !is_quantized_table(t)) return "unknown table dtype";
-  if (is_quantized_table(t) ? !is_float_value_dtype(key.out) : key.out != t)
-    return "output dtype not defined for this table dtype";
-  if (key.weighted) {
-    const bool ok = t == DType::kQ8 ? key.psw == DType::kF32
-                    : is_quantized_table(t) ? key.psw == DType::kF32 || key.psw == DType::kF16
-                                            : key.psw == t;
-    if (!ok) return "per_sample_weights dtype not defined for this table dtype";
+  const int64_t t = int64_t(key.table);
+  switch (dtype_combination_rule(t, key.dim, int64_t(key.out), key.weighted, int64_t(key.psw))) {
+    case DtypeRule::kOk: return std::nullopt;
+    case DtypeRule::kUnknownTable: return "unknown table dtype";
+    case DtypeRule::kOutput: return "output dtype not defined for this table dtype";
+    case DtypeRule::kWeights: return "per_sample_weights dtype not defined for this table dtype";
+    case DtypeRule::kRowBytes: {
+      const DtypeTraits& d = dtype_traits(key.table);
+      const int64_t n = d.codes_per_byte();
+      return std::to_string(d.bits) + "-bit rows need " + (n == 2 ? std::string("an even dim") : "a dim divisible by " + std::to_string(n));
+    }
   }
-  if (t == DType::kQ4 && key.dim % 2 != 0) return "4-bit rows need an even dim";
-  if (t == DType::kQ2 && key.dim % 4 != 0) return "2-bit rows need a dim divisible by 4";
-  return std::nullopt;
+  return "unknown dtype rule";
 }
 
 }  // namespace
@@ -58,25 +53,9 @@ bool embag_prefetch_head_defined(const EmbagKey& key) {
   return key.prefetch > 0 && key.table == DType::kF32;
 }
 
-int64_t embag_col_bytes(DType table, int64_t cols) {
-  switch (table) {
-    case DType::kF16:
-    case DType::kBF16: return cols * 2;
-    case DType::kQ8: return cols;
-    case DType::kQ4: return (cols + 1) / 2;
-    case DType::kQ2: return (cols + 3) / 4;
-    default: return cols * 4;
-  }
-}
+int64_t embag_col_bytes(DType table, int64_t cols) { return dtype_traits(table).col_bytes(cols); }
 
-int64_t embag_row_trailer_bytes(DType table) {
-  switch (table) {
-    case DType::kQ8: return 8;
-    case DType::kQ4:
-    case DType::kQ2: return 4;
-    default: return 0;
-  }
-}
+int64_t embag_row_trailer_bytes(DType table) { return dtype_traits(table).trailer_bytes(); }
 
 // Measured on the AVX2 EPYC host (f32 sum, 4096-row tables, 256 and 1024 bags x 32, kernel alone,
 // against prefetching every line of the row at the runtime's distance): the rest of a small

@@ -16,6 +16,9 @@
 
 namespace shapejit::ref {
 
+// The reference's own copy of the dtype facts the engine reads from jit/dtype_traits.hpp, kept on
+// purpose: the reference is the independent oracle the kernels and that table are tested against,
+// so it must not share the table it checks.
 inline bool is_quantized_table(int64_t t) { return t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2; }
 inline bool is_float_dtype(int64_t t) { return t == SHAPEJIT_F32 || t == SHAPEJIT_F16 || t == SHAPEJIT_BF16; }
 

@@ -5,8 +5,9 @@
 #include <numeric>
 #include <string>
 
+#include "jit/dtype_traits.hpp"
 #include "ref/embedding_bag.hpp"
-#include "ref/table_rows.hpp"
+#include "ref/float16.hpp"
 #include "runtime/c_enum.hpp"
 #include "runtime/embedding_bag.hpp"
 #include "runtime/validate.hpp"
@@ -56,9 +57,9 @@ shapejit_embedding_bag_args EmbeddingBagCall::to_c() const {
   a.num_rows = weight.rows;
   a.dim = weight.dim;
   // 0 means dense rows: dim elements, or the packed row's bytes for a quantized table.
-  const int64_t dense = ref::is_quantized_table(static_cast<int64_t>(weight.dtype))
-                            ? ref::table_row_bytes(static_cast<int64_t>(weight.dtype), weight.dim)
-                            : weight.dim;
+  // An unknown dtype keeps dim; validation rejects it.
+  const jit::DtypeTraits* traits = jit::find_dtype_traits(static_cast<int64_t>(weight.dtype));
+  const int64_t dense = traits && traits->quantized ? jit::table_row_bytes(weight.dtype, weight.dim) : weight.dim;
   a.row_stride = weight.row_stride == 0 ? dense : weight.row_stride;
   a.indices = indices.data;
   rt::set_c_enum(a.index_dtype, indices.dtype);

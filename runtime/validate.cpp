@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "ref/embedding_bag.hpp"
-#include "ref/table_rows.hpp"
+#include "jit/dtype_traits.hpp"
 #include "runtime/c_enum.hpp"
 #include "runtime/validate_detail.hpp"
 #include "shapejit/shapejit.hpp"
@@ -52,21 +52,26 @@ void check_index_dtype(const char* name, int64_t t) {
     invalid_with([&] { return std::string(name) + " must be int32 or int64, but got dtype " + dtype_text(t); });
 }
 
-// Table rows: Q4 and Q2 pack 2 and 4 codes per byte, so D must fill whole bytes (B1).
+// The table half of the dtype-combination rule (jit::table_dtype_rule): a table dtype, and Q4
+// and Q2 rows, which pack 2 and 4 codes per byte, of a D that fills whole bytes (B1).
 void check_table(const shapejit_embedding_bag_args& a, int64_t table) {
-  if (!ref::is_float_dtype(table) && !ref::is_quantized_table(table))
-    invalid_with([&] {
-      return "weight must be a float32, float16 or bfloat16 table or rowwise-quantized q8, q4 or q2 rows, but got "
-             "dtype " +
-             dtype_text(table);
-    });
-  if (table == SHAPEJIT_Q4 && a.dim % 2 != 0)
-    invalid_with(
-        [&] { return "weight.dim must be even for q4 rows (two 4-bit codes per byte), but got " + to_string(a.dim); });
-  if (table == SHAPEJIT_Q2 && a.dim % 4 != 0)
-    invalid_with([&] {
-      return "weight.dim must be a multiple of 4 for q2 rows (four 2-bit codes per byte), but got " + to_string(a.dim);
-    });
+  switch (jit::table_dtype_rule(table, a.dim)) {
+    case jit::DtypeRule::kUnknownTable:
+      invalid_with([&] {
+        return "weight must be a " + jit::dtype_set_text(jit::kFloatDtypes) + " table or rowwise-quantized " +
+               jit::dtype_set_text({DType::kQ8, DType::kQ4, DType::kQ2}) + " rows, but got dtype " + dtype_text(table);
+      });
+    case jit::DtypeRule::kRowBytes:
+      invalid_with([&] {
+        const jit::DtypeTraits& d = jit::dtype_traits(DType(table));
+        const int64_t n = d.codes_per_byte();
+        static constexpr const char* kWords[] = {"", "one", "two", "three", "four"};
+        return "weight.dim must be " + (n == 2 ? std::string("even") : "a multiple of " + to_string(n)) + " for " +
+               d.name + " rows (" + kWords[n] + " " + to_string(d.bits) + "-bit codes per byte), but got " +
+               to_string(a.dim);
+      });
+    default: return;
+  }
 }
 
 void check_sizes(EmbagCallPlan& p) {
@@ -82,8 +87,9 @@ void check_sizes(EmbagCallPlan& p) {
   check_non_negative("offsets.numel", a.num_offsets);
   check_table(a, table);
   check_bytes("weight row", 1, a.dim, 8);  // so the row's byte count below cannot overflow
-  const bool quantized = ref::is_quantized_table(table);
-  const int64_t row_bytes = ref::table_row_bytes(table, a.dim);
+  const jit::DtypeTraits& traits = jit::dtype_traits(DType(table));
+  const bool quantized = traits.quantized;
+  const int64_t row_bytes = jit::table_row_bytes(DType(table), a.dim);
   if (quantized && a.row_stride < row_bytes)
     invalid_with([&] {
       return "weight.row_stride counts bytes for " + std::string(dtype_name(table)) +
@@ -94,7 +100,7 @@ void check_sizes(EmbagCallPlan& p) {
     invalid_with([&] {
       return "weight.row_stride must be >= dim (" + to_string(a.dim) + "), but got " + to_string(a.row_stride);
     });
-  const int64_t stride_unit = quantized ? 1 : ref::float_element_bytes(table);
+  const int64_t stride_unit = traits.element_bytes;  // quantized rows count bytes
   check_bytes("weight", a.num_rows, a.row_stride, stride_unit);
   check_bytes("output", a.num_offsets, a.dim, 8);  // also bounds max_indices [B, D] of int64
   check_bytes("indices", a.num_indices, 1, 8);
@@ -120,42 +126,29 @@ void check_sizes(EmbagCallPlan& p) {
   p.row_stride_bytes = a.num_rows > 0 ? a.row_stride * stride_unit : 0;
 }
 
-// Output and per-sample-weight dtypes (the header's table): float tables keep their dtype;
-// quantized tables produce f32, f16 or bf16 and take f32 weights (Q4/Q2 also f16, B3).
+// Output and per-sample-weight dtypes, the value half of the dtype-combination rule
+// (jit::value_dtype_rule, the header's table): float tables keep their dtype; quantized tables
+// produce f32, f16 or bf16 and take f32 weights (Q4/Q2 also f16, B3).
 void check_output_and_weight_dtypes(EmbagCallPlan& p) {
   const shapejit_embedding_bag_ex_args& e = p.args;
   const int64_t table = int64_t(p.table), out = c_enum_value(e.output_dtype);
-  // Built only for a message: a passing call makes no string.
-  const auto table_text = [&] { return std::string(dtype_name(table)) + " table"; };
-  if (ref::is_quantized_table(table)) {
-    if (!ref::is_float_dtype(out))
-      invalid_with([&] {
-        return "output_dtype must be float32, float16 or bfloat16 for a " + table_text() + ", but got " +
-               dtype_text(out);
-      });
-  } else if (out != table) {
-    invalid_with([&] {
-      return "output_dtype must be the table's dtype " + std::string(dtype_name(table)) + " for a " + table_text() +
-             ", but got " + dtype_text(out);
-    });
-  }
-  p.out = static_cast<DType>(out);
   p.weighted = e.call.per_sample_weights != nullptr;
-  if (!p.weighted) return;  // the weights' dtype describes no buffer
-  const int64_t psw = c_enum_value(e.per_sample_weights_dtype);
-  if (table == SHAPEJIT_Q8 && psw != SHAPEJIT_F32)
-    invalid_with([&] { return "per_sample_weights_dtype must be float32 for a q8 table, but got " + dtype_text(psw); });
-  if ((table == SHAPEJIT_Q4 || table == SHAPEJIT_Q2) && psw != SHAPEJIT_F32 && psw != SHAPEJIT_F16)
-    invalid_with([&] {
-      return "per_sample_weights_dtype must be float32 or float16 for a " + table_text() + ", but got " +
-             dtype_text(psw);
+  // The weights' dtype describes a buffer only when there are weights.
+  const int64_t psw = p.weighted ? c_enum_value(e.per_sample_weights_dtype) : table;
+  const jit::DtypeRule rule = jit::value_dtype_rule(p.table, out, p.weighted, psw);
+  if (rule != jit::DtypeRule::kOk) [[unlikely]]
+    invalid_with([&] {  // built only for a message: a passing call makes no string
+      const jit::DtypeTraits& d = jit::dtype_traits(p.table);
+      const bool output = rule == jit::DtypeRule::kOutput;
+      const jit::DtypeSet allowed = output ? d.outputs : d.weights;
+      const std::string must = allowed == jit::DtypeSet{p.table}
+                                   ? "the table's dtype " + std::string(d.name)
+                                   : jit::dtype_set_text(allowed);
+      return std::string(output ? "output_dtype" : "per_sample_weights_dtype") + " must be " + must + " for a " +
+             d.name + " table, but got " + dtype_text(output ? out : psw);
     });
-  if (!ref::is_quantized_table(table) && psw != table)
-    invalid_with([&] {
-      return "per_sample_weights_dtype must be the table's dtype " + std::string(dtype_name(table)) + " for a " +
-             table_text() + ", but got " + dtype_text(psw);
-    });
-  p.psw = static_cast<DType>(psw);
+  p.out = static_cast<DType>(out);
+  if (p.weighted) p.psw = static_cast<DType>(psw);
 }
 
 void check_mapping(EmbagCallPlan& p) {
@@ -168,7 +161,7 @@ void check_mapping(EmbagCallPlan& p) {
       });
     return;
   }
-  if (!ref::is_quantized_table(int64_t(p.table)))
+  if (!jit::is_quantized_table(p.table))
     invalid_with([&] {
       return std::string(
                  "compressed_indices_mapping (pruning) is only supported for quantized tables (q8, q4, q2), "

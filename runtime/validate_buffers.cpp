@@ -40,16 +40,8 @@ struct Buffer {
 constexpr int kNumInputs = kOutput, kNumOutputs = kNumBuffers - kOutput;
 static_assert(kNumInputs == std::tuple_size_v<decltype(EmbagCallPlan::input_ranges)>);
 
-int64_t element_bytes(DType t) {
-  switch (t) {
-    case DType::kF16:
-    case DType::kBF16: return 2;
-    case DType::kF32:
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    default: return 1;  // quantized rows: bytes, read bytewise
-  }
-}
+// Quantized rows are read bytewise (their traits count 1 byte per element).
+int64_t element_bytes(DType t) { return jit::dtype_traits(t).element_bytes; }
 
 Buffer make_buffer(const void* data, int64_t elements, DType dtype) {
   return {data, elements * element_bytes(dtype), element_bytes(dtype), dtype};

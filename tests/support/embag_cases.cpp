@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "ref/float16.hpp"
+#include "ref/table_rows.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::test {
@@ -211,7 +212,8 @@ void pick_per_sample_weights(Rng& rng, EmbagCase& c) {
 
 // ---- Other table dtypes -------------------------------------------------------------------
 
-bool is_quantized(shapejit_dtype t) { return t == SHAPEJIT_Q8 || t == SHAPEJIT_Q4 || t == SHAPEJIT_Q2; }
+// The tests build their inputs from the reference's dtype facts (the oracle), not the engine's table.
+bool is_quantized(shapejit_dtype t) { return ref::is_quantized_table(t); }
 
 int64_t packed_row_bytes(shapejit_dtype t, int64_t dim) {
   if (t == SHAPEJIT_Q8) return dim + 8;
