@@ -66,13 +66,15 @@ struct DtypeTraits {
 inline constexpr DtypeSet kFloatDtypes{DType::kF32, DType::kF16, DType::kBF16};
 
 inline constexpr std::array<DtypeTraits, 8> kDtypeTraits{{
-    // dtype       name        bytes bits table  quant  scale/bias                        default       outputs        weights
+    // dtype, name, element bytes, bits, table, quantized, scale/bias, default value dtype, outputs, weights
     {DType::kF32, "float32", 4, 32, true, false, ScaleBiasLayout::kNone, DType::kF32, {DType::kF32}, {DType::kF32}},
     {DType::kF16, "float16", 2, 16, true, false, ScaleBiasLayout::kNone, DType::kF16, {DType::kF16}, {DType::kF16}},
-    {DType::kBF16, "bfloat16", 2, 16, true, false, ScaleBiasLayout::kNone, DType::kBF16, {DType::kBF16}, {DType::kBF16}},
+    {DType::kBF16, "bfloat16", 2, 16, true, false, ScaleBiasLayout::kNone, DType::kBF16, {DType::kBF16},
+     {DType::kBF16}},
     {DType::kI32, "int32", 4, 32, false, false, ScaleBiasLayout::kNone, DType::kI32, {}, {}},
     {DType::kI64, "int64", 8, 64, false, false, ScaleBiasLayout::kNone, DType::kI64, {}, {}},
-    {DType::kQ8, "q8", 1, 8, true, true, ScaleBiasLayout::kF32AfterCodes, DType::kF32, kFloatDtypes, {DType::kF32}},
+    {DType::kQ8, "q8", 1, 8, true, true, ScaleBiasLayout::kF32AfterCodes, DType::kF32, kFloatDtypes,
+     {DType::kF32}},
     {DType::kQ4, "q4", 1, 4, true, true, ScaleBiasLayout::kF16AfterCodes, DType::kF32, kFloatDtypes,
      {DType::kF32, DType::kF16}},
     {DType::kQ2, "q2", 1, 2, true, true, ScaleBiasLayout::kF16AfterCodes, DType::kF32, kFloatDtypes,
@@ -85,6 +87,14 @@ constexpr const DtypeTraits* find_dtype_traits(int64_t t) {
     if (int64_t(d.dtype) == t) return &d;
   return nullptr;
 }
+
+// Every table's default output and weight dtype is one it allows.
+constexpr bool dtype_defaults_allowed() {
+  for (const DtypeTraits& d : kDtypeTraits)
+    if (d.table && (!d.outputs.contains(d.default_value) || !d.weights.contains(d.default_value))) return false;
+  return true;
+}
+static_assert(dtype_defaults_allowed(), "kDtypeTraits: a table's default value dtype must be among those it allows");
 
 /// The traits of `t` (a valid DType).
 constexpr const DtypeTraits& dtype_traits(DType t) { return *find_dtype_traits(int64_t(t)); }

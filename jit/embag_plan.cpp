@@ -20,7 +20,8 @@ std::optional<std::string> dtype_unsupported_reason(const EmbagKey& key) {
     case DtypeRule::kRowBytes: {
       const DtypeTraits& d = dtype_traits(key.table);
       const int64_t n = d.codes_per_byte();
-      return std::to_string(d.bits) + "-bit rows need " + (n == 2 ? std::string("an even dim") : "a dim divisible by " + std::to_string(n));
+      return std::to_string(d.bits) + "-bit rows need " +
+             (n == 2 ? std::string("an even dim") : "a dim divisible by " + std::to_string(n));
     }
   }
   return "unknown dtype rule";
