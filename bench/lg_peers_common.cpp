@@ -22,10 +22,32 @@ double LgCase::flops() const {
   return f;
 }
 
-double LgCase::weight_bytes() const {
+double LgCase::weight_bytes(LgForm form) const {
+  const bool int4 = form == LgForm::kQd8Qc4w || form == LgForm::kF32Qc4w;
+  const double code_bytes = form == LgForm::kF32 ? 4.0 : int4 ? 0.5 : 1.0;
+  const double scale_bytes = form == LgForm::kF32 ? 0.0 : 4.0;
   double b = 0;
-  for (const LgPart& p : parts) b += double(p.rows) * double(k) * 4.0;
+  for (const LgPart& p : parts) b += double(p.rows) * (double(k) * code_bytes + scale_bytes);
   return b;
+}
+
+const char* lg_form_name(LgForm form) {
+  switch (form) {
+    case LgForm::kF32: return "f32";
+    case LgForm::kQd8Qc8w: return "qd8-qc8w";
+    case LgForm::kQd8Qc4w: return "qd8-qc4w";
+    case LgForm::kF32Qc8w: return "f32-qc8w";
+    case LgForm::kF32Qc4w: return "f32-qc4w";
+  }
+  return "?";
+}
+
+LgQuantization lg_form_quantization(LgForm form) {
+  LgQuantization q;
+  q.weight_levels = form == LgForm::kF32 ? 0 : form == LgForm::kQd8Qc4w || form == LgForm::kF32Qc4w ? 7 : 127;
+  q.input = form == LgForm::kQd8Qc8w || form == LgForm::kQd8Qc4w ? LgQuantization::Input::kPerRow
+                                                                  : LgQuantization::Input::kF32;
+  return q;
 }
 
 void LgBuffer::Free::operator()(float* p) const noexcept { std::free(p); }

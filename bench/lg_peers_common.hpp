@@ -15,6 +15,25 @@
 
 namespace shapejit::bench {
 
+/// The numeric form of a row (q-spec.md's names; the values are shapejit_linear_quant's):
+/// f32, dynamic int8 inputs x int8 / int4 per-channel weights, or f32 inputs x those weights.
+enum class LgForm : int { kF32 = 0, kQd8Qc8w = 1, kQd8Qc4w = 2, kF32Qc8w = 3, kF32Qc4w = 4 };
+/// "f32", "qd8-qc8w", "qd8-qc4w", "f32-qc8w", "f32-qc4w" (the last component of a row's name).
+const char* lg_form_name(LgForm form);
+
+/// How an implementation quantizes, which bounds its distance from the f32 result (the check
+/// before a row's first timing): weights per output channel to +-weight_levels steps of
+/// max|W[n,:]| / weight_levels (0: f32 weights), inputs to input_levels steps of (max - min) per
+/// row or over the whole input (both ranges including 0).
+struct LgQuantization {
+  enum class Input { kF32, kPerRow, kPerTensor };
+  int weight_levels = 0;  ///< 0 (f32), 127 (qc8w) or 7 (qc4w)
+  Input input = Input::kF32;
+  int input_levels = 255;  ///< 255 (8-bit codes), 127 (7-bit)
+};
+/// The quantization of one of our forms (per-row inputs for qd8).
+LgQuantization lg_form_quantization(LgForm form);
+
 /// One projection of a case: rows [row_begin, row_begin + rows) of the packed weight, applied to
 /// input `input`.
 struct LgPart {
@@ -34,8 +53,9 @@ struct LgCase {
   int64_t m_of(const LgPart& p) const { return input_rows[size_t(p.input)]; }
   /// 2 * M_p * N_p * K summed over the parts.
   double flops() const;
-  /// Bytes of weight one call reads (sum N_p * K * 4).
-  double weight_bytes() const;
+  /// Bytes of weight one call reads (sum N_p * K * 4); in a quantized form its codes (1 or 1/2
+  /// byte each) and one f32 scale per output channel.
+  double weight_bytes(LgForm form = LgForm::kF32) const;
 };
 
 /// A 64-byte aligned float buffer.
@@ -83,6 +103,8 @@ class LgImpl {
   virtual const float* out_row(size_t part, int64_t m) const = 0;
   /// What the library chose (kernel, ISA), for the row's label.
   virtual std::string info() const { return {}; }
+  /// How it quantizes (f32 implementations: nothing), for the check's bound.
+  virtual LgQuantization quantization() const { return {}; }
 };
 
 /// Separate row-major outputs [M_p, N_p], one per part (what the 3-call peers write).
@@ -124,8 +146,16 @@ std::unique_ptr<LgImpl> make_libxsmm_3x(const LgData& data, int threads);
 bool libxsmm_applies(const LgCase& c, int threads);
 std::unique_ptr<LgImpl> make_xnnpack_3x(const LgData& data, int threads);
 bool xnnpack_applies(const LgCase& c, int threads);
+// The quantized peers (rows .../t1/qd8-qc8w): oneDNN's int8 matmul with the input quantized in
+// the timed call, and XNNPACK's quantized fully-connected where the build has a usable one
+// (make_xnnpack_qd8 throws the reason when it has not).
+std::unique_ptr<LgImpl> make_onednn_qd8(const LgData& data, int threads);
+bool onednn_qd8_applies(const LgCase& c, int threads);
+std::unique_ptr<LgImpl> make_xnnpack_qd8(const LgData& data, int threads);
+bool xnnpack_qd8_applies(const LgCase& c, int threads);
 
 /// What each built implementation reported through LgImpl::info(), keyed `<impl>/<case>`
+/// (+ `/<form>` for a quantized row)
 /// (filled by linear_group_bench.cpp as implementations are built; printed by the row summary).
 std::map<std::string, std::string> lg_impl_infos();
 

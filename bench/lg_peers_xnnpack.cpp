@@ -6,6 +6,7 @@
 // XNNPACK at creation) with its bias slice, set up once for the case's batch size and buffers;
 // the run is three xnn_run_operator calls. One thread runs on the caller (no pthreadpool), more
 // use a pthreadpool of that size (set up again when the thread count changes, untimed).
+// xnnpack_3x/<case>/t1/qd8-qc8w: the row names why this XNNPACK has no quantized peer.
 #include "lg_peers_common.hpp"
 
 #if defined(SHAPEJIT_BENCH_XNNPACK)
@@ -87,10 +88,22 @@ std::unique_ptr<LgImpl> make_xnnpack_3x(const LgData& data, int) {
 }
 bool xnnpack_applies(const LgCase&, int) { return true; }
 
+// The quantized row reports why it has no figure: this XNNPACK (Debian's 2022 snapshot) has no
+// fully-connected operator the qd8-qc8w form can be compared with.
+std::unique_ptr<LgImpl> make_xnnpack_qd8(const LgData&, int) {
+  throw std::runtime_error(
+      "unavailable: this XNNPACK (Debian's 2022 snapshot) has no dynamic (qd8) or per-channel (qc8) "
+      "fully-connected operator; its qs8/qu8 one is statically quantized (one weight scale, int8 output "
+      "requantized with a scale fixed at creation), which computes neither per-channel weights nor f32 outputs");
+}
+bool xnnpack_qd8_applies(const LgCase&, int) { return true; }
+
 #else
 
 std::unique_ptr<LgImpl> make_xnnpack_3x(const LgData&, int) { return nullptr; }
 bool xnnpack_applies(const LgCase&, int) { return false; }
+std::unique_ptr<LgImpl> make_xnnpack_qd8(const LgData&, int) { return nullptr; }
+bool xnnpack_qd8_applies(const LgCase&, int) { return false; }
 
 #endif
 
