@@ -24,7 +24,7 @@
 //                          reports the rows unavailable. Until the engine has quantized kernels,
 //                          the group runs the scalar reference: the row's info says so (the
 //                          engine's reference_linear_groups counter rose while it was built)
-//         onednn           qd8-qc8w only: bench/lg_peers_onednn_int8.cpp (u8 x s8 matmul, the
+//         onednn           qd8-qc8w only: bench/lg_peers_onednn.cpp (u8 x s8 matmul, the
 //                          input quantized per tensor inside the timed call)
 //         xnnpack_3x       qd8-qc8w only: reports why Debian's XNNPACK has no such operator
 // Decode rows count the bytes of the form's weights (codes and per-channel scales).
