@@ -81,11 +81,19 @@ inline constexpr std::array<DtypeTraits, 8> kDtypeTraits{{
      {DType::kF32, DType::kF16}},
 }};
 
+/// The place of the C value `t` in kDtypeTraits, or -1 for a value outside shapejit_dtype.
+/// Constant evaluation goes through this index, never a null test of a pointer into the table:
+/// GCC's -fsanitize=undefined instruments that test and then rejects it as not constant.
+constexpr int dtype_index(int64_t t) {
+  for (size_t i = 0; i < kDtypeTraits.size(); ++i)
+    if (int64_t(kDtypeTraits[i].dtype) == t) return int(i);
+  return -1;
+}
+
 /// The traits of the C value `t`, or nullptr for a value outside shapejit_dtype.
 constexpr const DtypeTraits* find_dtype_traits(int64_t t) {
-  for (const DtypeTraits& d : kDtypeTraits)
-    if (int64_t(d.dtype) == t) return &d;
-  return nullptr;
+  const int i = dtype_index(t);
+  return i < 0 ? nullptr : &kDtypeTraits[size_t(i)];
 }
 
 // Every table's default output and weight dtype is one it allows.
@@ -97,12 +105,12 @@ constexpr bool dtype_defaults_allowed() {
 static_assert(dtype_defaults_allowed(), "kDtypeTraits: a table's default value dtype must be among those it allows");
 
 /// The traits of `t` (a valid DType).
-constexpr const DtypeTraits& dtype_traits(DType t) { return *find_dtype_traits(int64_t(t)); }
+constexpr const DtypeTraits& dtype_traits(DType t) { return kDtypeTraits[size_t(dtype_index(int64_t(t)))]; }
 
 /// True for the rowwise-quantized table dtypes (kQ8, kQ4, kQ2).
 constexpr bool is_quantized_table(DType t) {
-  const DtypeTraits* d = find_dtype_traits(int64_t(t));
-  return d && d->quantized;
+  const int i = dtype_index(int64_t(t));
+  return i >= 0 && kDtypeTraits[size_t(i)].quantized;
 }
 
 /// The dtype of the output and of per_sample_weights unless the caller picks another
@@ -127,9 +135,9 @@ enum class DtypeRule {
 
 /// The table half of the rule: a known table dtype, and packed codes filling whole bytes.
 constexpr DtypeRule table_dtype_rule(int64_t table, int64_t dim) {
-  const DtypeTraits* d = find_dtype_traits(table);
-  if (!d || !d->table) return DtypeRule::kUnknownTable;
-  if (dim % d->codes_per_byte() != 0) return DtypeRule::kRowBytes;
+  const int i = dtype_index(table);
+  if (i < 0 || !kDtypeTraits[size_t(i)].table) return DtypeRule::kUnknownTable;
+  if (dim % kDtypeTraits[size_t(i)].codes_per_byte() != 0) return DtypeRule::kRowBytes;
   return DtypeRule::kOk;
 }
 
