@@ -248,8 +248,9 @@ std::string run_and_check(Problem& p, asmjit::JitRuntime& rt) {
   std::fill(out.begin(), out.end(), sentinel);
   // Row offsets, then column offsets ending at a protected page.
   PageEndArray<std::byte> offs(std::max<size_t>(1, row_off.size() + col_off.size()) * 8);
-  std::memcpy(offs.data(), row_off.data(), row_off.size() * 8);
-  std::memcpy(offs.data() + row_off.size() * 8, col_off.data(), col_off.size() * 8);
+  // (row-major stores have no tables: memcpy's pointers must not be null even for 0 bytes)
+  if (!row_off.empty()) std::memcpy(offs.data(), row_off.data(), row_off.size() * 8);
+  if (!col_off.empty()) std::memcpy(offs.data() + row_off.size() * 8, col_off.data(), col_off.size() * 8);
   const int64_t* row_off_mem = reinterpret_cast<const int64_t*>(offs.data());
   const int64_t* col_off_mem = reinterpret_cast<const int64_t*>(offs.data() + row_off.size() * 8);
 
