@@ -36,10 +36,10 @@
 
 #include "bench_rows.hpp"
 #include "embag_timing.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/kernel_cache.hpp"
+#include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::bench {

@@ -2,7 +2,7 @@
 //
 // Names: embag_scaling/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads>
 //   impl  jit    the public C API (shapejit_set_num_threads(threads)); the engine decides itself
-//                whether a call is worth its arena (runtime/partition.hpp)
+//                whether a call is worth its arena (runtime/engine/partition.hpp)
 //         limit  the limit loop of the engine's ISA (bench/gather_limit_<isa>.cpp); at t2 the
 //                bags are always split in two halves of equal index count, one per thread of a
 //                2-slot tbb::task_arena, as the t2 limit rows of embedding_bag_bench.cpp do,
@@ -40,7 +40,7 @@
 #include "embag_timing.hpp"
 #include "limit_select.hpp"
 #include "ref/embedding_bag.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
 

@@ -60,7 +60,7 @@
 #include "gather_limit.hpp"
 #include "limit_select.hpp"
 #include "ref/embedding_bag.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
 

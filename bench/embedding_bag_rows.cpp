@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "bench_rows.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 
 namespace shapejit::bench {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "jit/embag_plan.hpp"
 #include "jit/host_features.hpp"
-#include "runtime/prefetch_policy.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/embag/prefetch_policy.hpp"
+#include "runtime/engine/isa_select.hpp"
 
 namespace shapejit::bench {
 

@@ -33,7 +33,7 @@
 #include "fuzz_support.hpp"
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
 

@@ -34,7 +34,7 @@ struct EmbagKey {
   int prefetch = 16;       ///< software prefetch distance in indices (0 = none)
   /// Prefetch only the head of each row (embag_prefetch_head_bytes) instead of every line:
   /// f32 tables, prefetch > 0 (embag_prefetch_head_defined).
-  /// The runtime's prefetch policy sets it per host class (runtime/prefetch_policy.hpp).
+  /// The runtime's prefetch policy sets it per host class (runtime/embag/prefetch_policy.hpp).
   bool prefetch_head = false;
   /// Writes offset2bag, bag_size and max_indices (ATen's index outputs). false: the output rows
   /// only, for callers that need no backward (inference): no offset2bag fill, no counts stored

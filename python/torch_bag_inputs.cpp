@@ -9,8 +9,8 @@
 
 #include "python/torch_engine.hpp"
 #include "python/torch_glue.hpp"
-#include "runtime/embedding_bag.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embedding_bag.hpp"
+#include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::torch_ext {
@@ -198,7 +198,7 @@ std::vector<rt::EmbagCallPlan> plan_group(std::span<const shapejit_embedding_bag
 }
 
 // An engine error of a group names the call as "embedding_bags: calls[k]: <rule>"
-// (runtime/embedding_bag.hpp); the group ops' entry k is bags[k] of EmbeddingBagGroup, so their
+// (runtime/embag/embedding_bag.hpp); the group ops' entry k is bags[k] of EmbeddingBagGroup, so their
 // messages say "bags[k]: <rule>", as their argument checks do.
 [[noreturn]] void raise_group_failure(const Error& e, const char* what) {
   static constexpr char kCall[] = "embedding_bags: calls[";

@@ -14,8 +14,8 @@
 
 #include "jit/isa.hpp"
 #include "python/torch_glue.hpp"
-#include "runtime/engine_arena.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/engine_arena.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/version.h"
 

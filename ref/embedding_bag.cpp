@@ -57,7 +57,7 @@ shapejit_embedding_bag_ex_args embedding_bag_ex_defaults(const shapejit_embeddin
   ex.struct_size = sizeof ex;
   ex.call = a;
   // Copied as ints: the call is not validated yet, and an enum field holding a value outside
-  // the enum must not be loaded as the enum (runtime/c_enum.hpp).
+  // the enum must not be loaded as the enum (runtime/engine/c_enum.hpp).
   int32_t table;
   std::memcpy(&table, &a.weight_dtype, sizeof table);
   const int32_t dtype = is_quantized_table(table) ? int32_t{SHAPEJIT_F32} : table;

@@ -1,6 +1,6 @@
 // Rowwise quantization of one table row, bit for bit as torch 1.13's
 // embedding_bag_{byte,4bit,2bit}_prepack and _unpack compute it (docs/quantized-tables-semantics.md,
-// §5 "Prepack and unpack"). Scalar and unvalidated: runtime/rowwise.cpp checks every argument first.
+// §5 "Prepack and unpack"). Scalar and unvalidated: runtime/embag/rowwise.cpp checks every argument first.
 // Every float operation here is one IEEE binary32 operation; the build passes -ffp-contract=off,
 // so no a*b+c is fused (torch's CPU build does not fuse these either).
 #pragma once

@@ -1,7 +1,7 @@
 // A multi-thread call whose engine arena cannot start for lack of address space (RLIMIT_AS too
 // low for oneTBB's worker stacks) returns SHAPEJIT_OUT_OF_MEMORY with its outputs untouched, and
 // does not poison the engine: once memory is back, the next multi-thread calls start the arena,
-// get a worker thread and succeed (runtime/worker_start_check.hpp: before the check, oneTBB
+// get a worker thread and succeed (runtime/engine/worker_start_check.hpp: before the check, oneTBB
 // met the refused start itself, the call ran on its own thread and no later call ever got a
 // worker). oneTBB starts once per process, so the scenario runs in a fresh process (this
 // executable run again with kChildEnv set), where the limit cannot leak into other tests either.

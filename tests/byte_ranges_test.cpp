@@ -1,10 +1,10 @@
-// The byte-range rules both validators share (runtime/byte_ranges.hpp): exact overlap of real
+// The byte-range rules both validators share (runtime/engine/byte_ranges.hpp): exact overlap of real
 // ranges, empty ranges overlapping nothing, a range past 2^64 never slipping through, alignment.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 
-#include "runtime/byte_ranges.hpp"
+#include "runtime/engine/byte_ranges.hpp"
 
 namespace {
 

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "ref/embedding_bag.hpp"
-#include "runtime/embag_generic_kernel.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embag_generic_kernel.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/embag/validate.hpp"
 #include "support/embag_cases.hpp"
 
 namespace {

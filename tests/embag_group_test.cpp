@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "jit/isa.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 #include "support/embag_cases.hpp"

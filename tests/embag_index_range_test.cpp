@@ -1,4 +1,4 @@
-// The index range check (runtime/validate.cpp): an unsigned max (AVX-512 for int64, any x86
+// The index range check (runtime/embag/validate.cpp): an unsigned max (AVX-512 for int64, any x86
 // clone for int32) or an OR-reduction of idx | (limit - 1 - idx) (int64 on AVX2 and elsewhere),
 // vectorised for long calls and inline for short ones; the qemu_avx2 run covers the AVX2 clone. Every position modulo the vector widths
 // and unroll (up to 64 int32 lanes), boundary values on both sides, int32 and int64, and the

@@ -15,7 +15,7 @@
 #include "jit/embag_codegen.hpp"
 #include "jit/embag_plan.hpp"
 #include "ref/embedding_bag.hpp"
-#include "runtime/embag_kernel_call.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
 #include "support/embag_cases.hpp"
 #include "support/embag_dtype_battery.hpp"
 #include "support/embag_jit_support.hpp"

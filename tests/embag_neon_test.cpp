@@ -20,7 +20,7 @@
 #include "jit/a64/prefetch.hpp"
 #include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/engine/kernel_cache.hpp"
 #include "shapejit/shapejit.h"
 #include "support/a64_support.hpp"
 #include "support/embag_cases.hpp"

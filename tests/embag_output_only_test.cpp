@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "ref/embedding_bag.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 #include "support/embag_cases.hpp"

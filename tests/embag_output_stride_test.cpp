@@ -14,9 +14,9 @@
 
 #include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
-#include "runtime/embag_generic_kernel.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embag_generic_kernel.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
 #include "support/generated_code_report.hpp"

@@ -1,4 +1,4 @@
-// A call's index range check runs inside its parallel region (runtime/embedding_bag.cpp,
+// A call's index range check runs inside its parallel region (runtime/embag/embedding_bag.cpp,
 // EngineTasks gates), in parts per chunk: whichever part holds a bad index, on 1 or 2 threads,
 // the call reports the first bad index with the message validation gives, and writes no output.
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine_arena.hpp"
+#include "runtime/engine/engine_arena.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
 
@@ -26,7 +26,7 @@ struct EngineThreads {
 };
 
 // 256 bags x 32 indices into 4096 x 32 rows: work enough for two threads
-// (runtime/partition.hpp), so the check is split over the chunks. Outputs are sized while the
+// (runtime/engine/partition.hpp), so the check is split over the chunks. Outputs are sized while the
 // call is still valid; a test then plants bad indices.
 template <class T>
 struct BigCall {

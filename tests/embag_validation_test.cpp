@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/c_enum.hpp"
+#include "runtime/engine/c_enum.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 

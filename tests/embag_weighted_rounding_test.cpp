@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ref/embedding_bag.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.h"
 
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/isa_select.hpp"
-#include "runtime/linear_group_pack.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/linear_group/linear_group_pack.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 #include "support/one_part_group.hpp"

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/engine_arena.hpp"
+#include "runtime/engine/engine_arena.hpp"
 
 namespace {
 

@@ -13,10 +13,10 @@
 #include <string>
 
 #include "ref/embedding_bag.hpp"
-#include "runtime/embag_generic_kernel.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/engine_arena.hpp"
-#include "runtime/partition.hpp"
+#include "runtime/embag/embag_generic_kernel.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/engine/engine_arena.hpp"
+#include "runtime/engine/partition.hpp"
 #include "support/embag_cases.hpp"
 
 namespace {

@@ -24,9 +24,9 @@
 #include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/prefetch_policy.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/embag/prefetch_policy.hpp"
 #include "shapejit/shapejit.h"
 #include "support/embag_cases.hpp"
 #include "support/host_isas.hpp"
@@ -351,7 +351,7 @@ TEST_CASE("guard pages: rejected indices, offsets and padding never touch the ta
   shapejit_set_num_threads(0);
 }
 
-// Calls of more than a few indices leave the range check to the run (runtime/validate.hpp,
+// Calls of more than a few indices leave the range check to the run (runtime/embag/validate.hpp,
 // IndexRangeCheck::kByRunner), which on two threads checks them chunk by chunk inside the
 // kernels' region. A bad index anywhere must still stop every kernel before it reads a row.
 TEST_CASE("guard pages: a large call's index check (in the parallel region) rejects before touching the table") {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "jit/host_features.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace {

@@ -14,10 +14,10 @@
 
 #include "jit/embag_codegen.hpp"
 #include "ref/embedding_bag.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/kernel_cache.hpp"
+#include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "jit/embag_codegen.hpp"
-#include "runtime/embag_generic_kernel.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/embag/embag_generic_kernel.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/kernel_cache.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 

@@ -19,9 +19,9 @@
 
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
-#include "runtime/engine_arena.hpp"
-#include "runtime/linear_group_exec.hpp"
-#include "runtime/linear_group_pack.hpp"
+#include "runtime/engine/engine_arena.hpp"
+#include "runtime/linear_group/linear_group_exec.hpp"
+#include "runtime/linear_group/linear_group_pack.hpp"
 #include "support/embag_cases.hpp"
 #include "support/host_isas.hpp"
 

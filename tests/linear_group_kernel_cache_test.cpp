@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/isa_select.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/linear_group_pack.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/kernel_cache.hpp"
+#include "runtime/linear_group/linear_group_pack.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 #include "support/one_part_group.hpp"

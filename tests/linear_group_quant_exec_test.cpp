@@ -16,9 +16,9 @@
 #include "jit/gemm_kernel.hpp"
 #include "jit/gemm_quant_panel.hpp"
 #include "ref/linear_group_quant.hpp"
-#include "runtime/engine_arena.hpp"
-#include "runtime/linear_group_exec.hpp"
-#include "runtime/linear_group_input_quant.hpp"
+#include "runtime/engine/engine_arena.hpp"
+#include "runtime/linear_group/linear_group_exec.hpp"
+#include "runtime/linear_group/linear_group_input_quant.hpp"
 
 namespace {
 

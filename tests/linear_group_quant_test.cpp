@@ -18,9 +18,9 @@
 
 #include "ref/linear_group.hpp"
 #include "ref/linear_group_quant.hpp"
-#include "runtime/linear_group.hpp"
-#include "runtime/linear_group_input_quant.hpp"
-#include "runtime/linear_weight_quant.hpp"
+#include "runtime/linear_group/linear_group.hpp"
+#include "runtime/linear_group/linear_group_input_quant.hpp"
+#include "runtime/linear_group/linear_weight_quant.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 #include "support/embag_cases.hpp"

@@ -1,4 +1,4 @@
-// The per-thread memory of the last valid run (runtime/linear_group.cpp): a run repeating it
+// The per-thread memory of the last valid run (runtime/linear_group/linear_group.cpp): a run repeating it
 // exactly skips re-validation, so these tests check that nothing else does. A run that differs
 // in any field, that comes after a rejected run, or that goes to another group (even one at a
 // destroyed group's address) is validated in full; a repeated run still computes.

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/c_enum.hpp"
+#include "runtime/engine/c_enum.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 

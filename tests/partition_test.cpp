@@ -15,8 +15,8 @@
 
 #include <oneapi/tbb/info.h>
 
-#include "runtime/engine_arena.hpp"
-#include "runtime/partition.hpp"
+#include "runtime/engine/engine_arena.hpp"
+#include "runtime/engine/partition.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
 #include "support/embag_cases.hpp"

@@ -22,11 +22,11 @@
 #include "jit/embag_kernel.hpp"
 #include "jit/gemm_kernel.hpp"
 #include "perf/jitdump_reader.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/linear_group_pack.hpp"
-#include "runtime/perf_jitdump.hpp"
-#include "runtime/perf_map.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/kernel_cache.hpp"
+#include "runtime/linear_group/linear_group_pack.hpp"
+#include "runtime/profiling/perf_jitdump.hpp"
+#include "runtime/profiling/perf_map.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace {

@@ -17,10 +17,10 @@
 
 #include "jit/embag_kernel.hpp"
 #include "jit/gemm_kernel.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/linear_group_pack.hpp"
-#include "runtime/perf_map.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/kernel_cache.hpp"
+#include "runtime/linear_group/linear_group_pack.hpp"
+#include "runtime/profiling/perf_map.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace {
@@ -210,7 +210,7 @@ TEST_CASE("perf map: the public API's cache maps the kernels it compiles") {
   CHECK(in_executable_mapping(e->start, e->size));
 }
 
-// Linear-group kernels are generated at pack time (runtime/linear_group_pack.cpp).
+// Linear-group kernels are generated at pack time (runtime/linear_group/linear_group_pack.cpp).
 TEST_CASE("perf map: a linear group's kernels are appended with canonical gemm names") {
   if (!shapejit::rt::gemm_isa_supported(shapejit::rt::selected_isa())) return;  // no GEMM JIT here
   ScopedPerfMap scope(true);

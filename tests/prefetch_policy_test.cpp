@@ -1,4 +1,4 @@
-// The prefetch rule of the API's kernel keys (runtime/prefetch_policy.hpp): none for a table
+// The prefetch rule of the API's kernel keys (runtime/embag/prefetch_policy.hpp): none for a table
 // that stays in the core's private cache (half of L2; for rows longer than a line an eighth on
 // AVX2 and a quarter for mean on AVX-512; none for max on AVX-512), so a small hot table gets the kernel without per-row
 // prefetch work (and with two bags in flight); else the distance of the host class: on AVX2
@@ -15,9 +15,9 @@
 
 #include "jit/embag_codegen.hpp"
 #include "jit/embag_plan.hpp"
-#include "runtime/embag_kernel_call.hpp"
-#include "runtime/prefetch_policy.hpp"
-#include "runtime/validate.hpp"
+#include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/embag/prefetch_policy.hpp"
+#include "runtime/embag/validate.hpp"
 
 namespace {
 

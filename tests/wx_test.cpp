@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/isa_select.hpp"
-#include "runtime/jit_memory.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/jit_memory.hpp"
+#include "runtime/engine/kernel_cache.hpp"
 #include "shapejit/shapejit.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "jit/host_features.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.hpp"
 #include "tools/jitdump_common.hpp"
 #include "tools/jitdump_embag.hpp"

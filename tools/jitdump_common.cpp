@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "jit/host_features.hpp"
-#include "runtime/isa_select.hpp"
-#include "runtime/jit_memory.hpp"
+#include "runtime/engine/isa_select.hpp"
+#include "runtime/engine/jit_memory.hpp"
 #include "shapejit/shapejit.hpp"
 #include "tools/jitdump_listing.hpp"
 
@@ -210,7 +210,7 @@ void dump_kernel(const KernelSource& kernel, const DumpOptions& options) {
   size_t code_bytes = 0;
   std::string time_label, time_value;
   if (target.runnable) {
-    // The engine's W^X runtime (runtime/jit_memory.hpp), so the compile time is the engine's.
+    // The engine's W^X runtime (runtime/engine/jit_memory.hpp), so the compile time is the engine's.
     const std::unique_ptr<asmjit::JitRuntime> runtime = rt::make_jit_runtime();
     asmjit::JitRuntime& rt = *runtime;
     // Timed runs come first and without the logger, whose formatting would dominate the time.

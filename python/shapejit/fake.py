@@ -6,7 +6,7 @@ Why Python (torch.library.register_fake) and not a C++ Meta kernel: the shapes f
 arguments' sizes alone (no data-dependent size anywhere: a bag count is offsets' length, an
 index count the indices' numel), symbolic sizes flow through these few lines as they are, and
 torch.library's Python registration is what register_autograd (autograd.py) pairs with. The
-rules mirror runtime/validate.cpp (set_plan_shapes) and python/shapejit_torch.cpp; tests
+rules mirror runtime/embag/validate.cpp (set_plan_shapes) and python/shapejit_torch.cpp; tests
 compare every fake result's shape and dtype with the real op's (test_compile_export.py).
 """
 from typing import List, Optional

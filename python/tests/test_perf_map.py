@@ -74,7 +74,7 @@ def test_embedding_bag_kernels_are_named():
     # Every compiled kernel is named once, the GEMM kernels counted in the same statistics.
     assert len(embag) + len(gemm) == info["compilations"], names
     # One kernel per mode, named canonically: embag.<isa>.f32.d77.<mode>.i64.o64, then what the
-    # prefetch policy chose (runtime/prefetch_policy.hpp): .pf0 when the table stays cached, else
+    # prefetch policy chose (runtime/embag/prefetch_policy.hpp): .pf0 when the table stays cached, else
     # a distance other than 16 as .pfN and .head for head-of-row prefetch (AVX-512 max here)
     assert sorted(n.split(".")[4] for n in embag) == ["max", "mean", "sum"], names
     for n in embag:

@@ -16,9 +16,9 @@
 #include "battery.hpp"
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
-#include "runtime/engine_arena.hpp"
-#include "runtime/linear_group_exec.hpp"
-#include "runtime/linear_group_pack.hpp"
+#include "runtime/engine/engine_arena.hpp"
+#include "runtime/linear_group/linear_group_exec.hpp"
+#include "runtime/linear_group/linear_group_pack.hpp"
 
 namespace shapejit::test::avx512_battery {
 

@@ -10,7 +10,7 @@
 
 #include "oom/alloc_injector.hpp"
 #include "oom/oom_cases.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "support/embag_cases.hpp"
 
 namespace {

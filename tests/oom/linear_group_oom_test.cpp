@@ -11,7 +11,7 @@
 
 #include "oom/alloc_injector.hpp"
 #include "oom/oom_cases.hpp"
-#include "runtime/isa_select.hpp"
+#include "runtime/engine/isa_select.hpp"
 
 namespace {
 

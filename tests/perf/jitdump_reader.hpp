@@ -1,5 +1,5 @@
 // A strict reader of perf's jitdump files, written from the specification (not from the writer in
-// runtime/perf_jitdump.cpp), for the format test and the real-perf test.
+// runtime/profiling/perf_jitdump.cpp), for the format test and the real-perf test.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // One f32 embedding-bag sum large enough that the engine runs it on several threads (its work is
-// many times the partitioner's minimum chunk, runtime/partition.hpp), with its reference outputs:
+// many times the partitioner's minimum chunk, runtime/engine/partition.hpp), with its reference outputs:
 // for tests about the engine's threads rather than about the kernels.
 #pragma once
 

@@ -1,0 +1,138 @@
+// Rows are independent, so large inputs are cut into row ranges run on the engine arena; which
+// thread quantizes a row never changes its bits.
+#include "runtime/linear_group/linear_group_input_quant.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine/engine_arena.hpp"
+#include "shapejit/shapejit.hpp"
+
+namespace shapejit::rt {
+namespace {
+
+constexpr int64_t kParallelElements = int64_t(1) << 16;  // inputs smaller than this: one thread
+constexpr int64_t kRowsPerTask = 32;
+
+// Per calling thread, reused across runs.
+struct InputQuantScratch {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<int32_t> zeros;
+  std::vector<QuantizedInput> parts;
+  std::vector<int64_t> first;  // per part: the index of the first part with the same input
+  std::vector<std::pair<int64_t, int64_t>> at;  // per first part: its code and row offsets
+};
+thread_local InputQuantScratch t_input_scratch;
+
+using Io = shapejit_linear_group_io;
+
+bool same_input(const Io& a, const Io& b) { return a.x == b.x && a.m == b.m && a.k == b.k && a.ldx == b.ldx; }
+
+// The message for part p's first bad row.
+[[noreturn]] void report_bad_row(const Io& io, int64_t p, int64_t row) {
+  const float* x = io.x + row * io.ldx;
+  for (int64_t c = 0; c < io.k; ++c)
+    if (!std::isfinite(x[c]))
+      throw Error(Status::kInvalidArgument,
+                  "linear_group: io[" + std::to_string(p) + "].x row " + std::to_string(row) + " holds " +
+                      (std::isnan(x[c]) ? std::string("NaN") : std::string(x[c] > 0 ? "+inf" : "-inf")) +
+                      " at column " + std::to_string(c) +
+                      " (a qd8 form quantizes each input row from finite values)");
+  throw Error(Status::kInvalidArgument,
+              "linear_group: io[" + std::to_string(p) + "].x row " + std::to_string(row) +
+                  ": its max - min overflows float32 (a qd8 form's row range must be finite)");
+}
+
+// Quantizes rows [r0, r1) of one input; returns the first bad row, or r1.
+int64_t quantize_rows(const Io& io, int64_t r0, int64_t r1, uint8_t* u, int64_t ldu, float* scale, int32_t* zero) {
+  for (int64_t r = r0; r < r1; ++r)
+    if (!quantize_input_row(io.x + r * io.ldx, io.k, u + r * ldu, scale + r, zero + r)) return r;
+  return r1;
+}
+
+// All rows of one input, on the engine arena when it is large; the first bad row, or m.
+int64_t quantize_input(const Io& io, uint8_t* u, int64_t ldu, float* scale, int32_t* zero) {
+  const int64_t tasks = (io.m + kRowsPerTask - 1) / kRowsPerTask;
+  if (io.m * io.k < kParallelElements || engine_threads() <= 1 || tasks <= 1)
+    return quantize_rows(io, 0, io.m, u, ldu, scale, zero);
+  std::atomic<int64_t> first_bad{io.m};
+  EngineTasks run(static_cast<size_t>(tasks));
+  run.run([&](size_t t) {
+    const int64_t r0 = int64_t(t) * kRowsPerTask, r1 = std::min(io.m, r0 + kRowsPerTask);
+    const int64_t bad = quantize_rows(io, r0, r1, u, ldu, scale, zero);
+    if (bad == r1) return;
+    int64_t seen = first_bad.load(std::memory_order_relaxed);
+    while (bad < seen && !first_bad.compare_exchange_weak(seen, bad, std::memory_order_relaxed)) {
+    }
+  });
+  return first_bad.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+bool quantize_input_row(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero) {
+  float lo = 0.0f, hi = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < k; ++i) {
+    finite &= std::isfinite(x[i]);
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  const float range = hi - lo;
+  if (!finite || !std::isfinite(range)) return false;
+  float s = range / 255.0f;
+  if (s == 0.0f) s = 1.0f;  // a row of zeros, or a range below 255 * 2^-150
+  // nearbyint: half to even in the default rounding mode (which the library never changes).
+  const float z = std::clamp(std::nearbyint(-128.0f - lo / s), -128.0f, 127.0f);
+  for (int64_t i = 0; i < k; ++i) u[i] = uint8_t(int(std::clamp(std::nearbyint(x[i] / s) + z, -128.0f, 127.0f)) + 128);
+  std::memset(u + k, 0, size_t(quantized_row_bytes(k) - k));
+  *scale = s;
+  *zero = int32_t(z) + 128;
+  return true;
+}
+
+std::span<const QuantizedInput> quantize_run_inputs(std::span<const Io> io) {
+  InputQuantScratch& s = t_input_scratch;
+  const size_t n = io.size();
+  s.parts.assign(n, QuantizedInput{});
+  s.first.assign(n, -1);
+  // Place each distinct input's rows: offsets in the three buffers, as element counts.
+  std::vector<int64_t>& first = s.first;
+  int64_t code_bytes = 0, rows = 0;
+  std::vector<std::pair<int64_t, int64_t>>& at = s.at;
+  at.assign(n, {0, 0});
+  for (size_t p = 0; p < n; ++p) {
+    if (io[p].m == 0) continue;
+    for (size_t q = 0; q < p && first[p] < 0; ++q)
+      if (first[q] == int64_t(q) && same_input(io[q], io[p])) first[p] = int64_t(q);
+    if (first[p] >= 0) continue;
+    first[p] = int64_t(p);
+    at[p] = {code_bytes, rows};
+    code_bytes += io[p].m * quantized_row_bytes(io[p].k);
+    rows += io[p].m;
+  }
+  if (s.codes.size() < size_t(code_bytes)) s.codes.resize(size_t(code_bytes));
+  if (s.scales.size() < size_t(rows)) s.scales.resize(size_t(rows)), s.zeros.resize(size_t(rows));
+  for (size_t p = 0; p < n; ++p) {
+    if (first[p] != int64_t(p)) continue;
+    QuantizedInput& qi = s.parts[p];
+    qi.u = s.codes.data() + at[p].first;
+    qi.ldu = quantized_row_bytes(io[p].k);
+    qi.scale = s.scales.data() + at[p].second;
+    qi.zero = s.zeros.data() + at[p].second;
+    const int64_t bad = quantize_input(io[p], s.codes.data() + at[p].first, qi.ldu, s.scales.data() + at[p].second,
+                                       s.zeros.data() + at[p].second);
+    if (bad < io[p].m) report_bad_row(io[p], int64_t(p), bad);
+  }
+  for (size_t p = 0; p < n; ++p)
+    if (first[p] >= 0 && first[p] != int64_t(p)) s.parts[p] = s.parts[size_t(first[p])];
+  return s.parts;
+}
+
+}  // namespace shapejit::rt
