@@ -141,6 +141,19 @@ TEST_CASE("quantized linear: input rows quantize as the reference does (codes, s
   CHECK_FALSE(shapejit::rt::quantize_input_row(bad, 2, u.data(), &scale, &zero));
   const float overflow[] = {3e38f, -3e38f};
   CHECK_FALSE(shapejit::rt::quantize_input_row(overflow, 2, u.data(), &scale, &zero));
+  // Rows past one vector width (the x86 engine runs eight lanes at a time): a bad value in a
+  // vector lane or in the tail, and a range that overflows only across lanes.
+  std::vector<uint8_t> wide(24);
+  for (const float v : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                        -std::numeric_limits<float>::infinity()})
+    for (const int64_t at : {0, 5, 7, 8, 15, 16, 18}) {
+      std::vector<float> x(19, 0.25f);
+      x[size_t(at)] = v;
+      CHECK_FALSE(shapejit::rt::quantize_input_row(x.data(), 19, wide.data(), &scale, &zero));
+    }
+  std::vector<float> split(17, 1.0f);
+  split[2] = 3e38f, split[13] = -3e38f;
+  CHECK_FALSE(shapejit::rt::quantize_input_row(split.data(), 17, wide.data(), &scale, &zero));
 }
 
 TEST_CASE("quantized linear: the accumulator of the kernels' form equals the exact sum") {

@@ -6,7 +6,6 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
