@@ -6,6 +6,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
