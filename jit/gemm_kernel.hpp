@@ -72,6 +72,13 @@ int gemm_accumulator_budget(Isa isa, int nv, GemmQuant quant = GemmQuant::kF32, 
 /// besides); at most 8 rows.
 int gemm_max_mr(Isa isa, int nv, GemmQuant quant = GemmQuant::kF32, bool dot = false);
 
+struct GemmKey;
+/// The k_split a kernel of `key` (its k_split ignored) gets when its part's weights stream from
+/// DRAM: the ISA's gemm_stream_split, fewer when the accumulators of that many partial sums
+/// would not fit the form's budget, 1 (no split) when fewer than two fit or K is too short for
+/// the spans to be worth it.
+int gemm_stream_split(const GemmKey& key);
+
 /// Everything generated code is specialised on.
 struct GemmKey {
   Isa isa = Isa::kAvx512;
@@ -86,6 +93,10 @@ struct GemmKey {
   GemmQuant quant = GemmQuant::kF32;
   bool dot = false;     ///< qd8 forms: use the ISA's 4-way int8 dot product (AVX-512 VNNI
                         ///< vpdpbusd, NEON sdot); false: widen to 16 bits (vpmaddwd, smlal)
+  int k_split = 1;      ///< > 1: K in k_split contiguous spans, each its own partial sum, read
+                        ///< side by side (that many weight streams: a single stream does not
+                        ///< reach DRAM bandwidth; streamed decode parts); 1: the partial-sum
+                        ///< sets rotate over consecutive k steps
 
   int64_t lanes() const { return gemm_lanes(isa); }
   /// Vectors per panel row.
@@ -93,8 +104,8 @@ struct GemmKey {
   /// Valid lanes of the last vector (0 = full).
   int tail() const { return int(nc % lanes()); }
   bool operator==(const GemmKey&) const = default;
-  /// Canonical name, e.g. `gemm.avx512.8x48.k768.bias.gelu.scale.tab.pf512` (quantized forms add
-  /// `.qd8qc8w`, `.qd8qc4w`, `.f32qc8w` or `.f32qc4w` after the k, and `.dot` at the end).
+  /// Canonical name, e.g. `gemm.avx512.8x48.k768.bias.gelu.scale.tab.pf512.ks4` (quantized forms
+  /// add `.qd8qc8w`, `.qd8qc4w`, `.f32qc8w` or `.f32qc4w` after the k, and `.dot` at the end).
   std::string name() const;
 };
 

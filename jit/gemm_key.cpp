@@ -1,6 +1,6 @@
 // GemmKey's canonical name, its inverse and its hash: the one place the name format lives.
 //
-// Format: gemm.<isa>.<mr>x<nc>.k<K>[.<quant>][.bias][.<act>][.scale][.tab][.pf<N>][.dot]
+// Format: gemm.<isa>.<mr>x<nc>.k<K>[.<quant>][.bias][.<act>][.scale][.tab][.pf<N>][.ks<S>][.dot]
 // with <quant> one of qd8qc8w, qd8qc4w, f32qc8w, f32qc4w (absent for f32) and <act> one of
 // relu, gelu, gelu_tanh, silu (absent for none). Suffixes appear in that order;
 // parse_gemm_key accepts only canonical names.
@@ -98,6 +98,17 @@ int gemm_max_mr(Isa isa, int nv, GemmQuant quant, bool dot) {
   return std::clamp(budget / nv, 0, 8);
 }
 
+int gemm_stream_split(const GemmKey& key) {
+  constexpr int64_t kMinSpanK = 64;  // shorter spans: the streams' start-up outweighs them
+  // The quantized forms at M = 1 are bound by their arithmetic, not the stream: split, they
+  // were no faster on the AVX2 host (qd8-qc8w 10 % slower), so they keep one stream.
+  if (key.quant != GemmQuant::kF32) return 1;
+  const int tile = key.mr * key.nv();
+  int split = std::min(isa_traits(key.isa).gemm_stream_split, gemm_accumulator_budget(key.isa, key.nv(), key.quant, key.dot) / std::max(tile, 1));
+  split = int(std::min<int64_t>(split, key.k / kMinSpanK));
+  return split >= 2 ? split : 1;
+}
+
 std::string GemmKey::name() const {
   std::string s = "gemm.";
   s += isa_name(isa);
@@ -115,6 +126,7 @@ std::string GemmKey::name() const {
   if (scale) s += ".scale";
   if (store == GemmStore::kTable) s += ".tab";
   if (prefetch != 0) s += ".pf" + std::to_string(prefetch);
+  if (k_split != 1) s += ".ks" + std::to_string(k_split);
   if (dot) s += ".dot";
   return s;
 }
@@ -163,6 +175,12 @@ std::optional<GemmKey> parse_gemm_key(std::string_view name) {
     key.prefetch = int(*pf);
     ++i;
   }
+  if (i < p.size() && p[i].size() > 2 && p[i].substr(0, 2) == "ks") {
+    const auto ks = parse_positive(p[i].substr(2));
+    if (!ks || *ks < 2 || *ks > 64) return std::nullopt;
+    key.k_split = int(*ks);
+    ++i;
+  }
   if (i < p.size() && p[i] == "dot") key.dot = true, ++i;
   if (i != p.size()) return std::nullopt;
   return key;
@@ -176,7 +194,7 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const noexcept {
   mix(uint64_t(k.nc));
   mix(uint64_t(k.bias) | uint64_t(k.scale) << 1 | uint64_t(k.store) << 2 | uint64_t(k.act) << 4);
   mix(uint64_t(k.prefetch));
-  mix(uint64_t(k.quant) | uint64_t(k.dot) << 8);
+  mix(uint64_t(k.quant) | uint64_t(k.dot) << 8 | uint64_t(k.k_split) << 16);
   return h;
 }
 

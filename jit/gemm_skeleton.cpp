@@ -14,6 +14,7 @@ namespace {
 
 constexpr int64_t kMaxK = int64_t(1) << 22;  // (k + 1) rows of a panel stay addressable by disp32
 constexpr int64_t kFullUnrollK = 32;         // K up to this is emitted without a loop
+constexpr int kMaxKSplit = 8;                // weight streams of a k-split kernel
 
 }  // namespace
 
@@ -50,11 +51,18 @@ void GemmSkeleton::check_key() const {
   if (key_.store == GemmStore::kTable && tail_ != 0)
     unsupported("table stores need whole vectors (nc a multiple of " + std::to_string(lanes()) + ")");
   if (key_.prefetch < 0 || key_.prefetch > (1 << 20)) unsupported("prefetch distance outside [0, 2^20]");
+  if (key_.k_split < 1 || key_.k_split > kMaxKSplit)
+    unsupported("k_split " + std::to_string(key_.k_split) + " is outside [1, " + std::to_string(kMaxKSplit) + "]");
+  const int budget = gemm_accumulator_budget(key_.isa, int(nv_), key_.quant, key_.dot);
+  if (key_.k_split > 1 && key_.k_split * key_.mr * nv_ > budget)
+    unsupported("k_split " + std::to_string(key_.k_split) + " needs " + std::to_string(key_.k_split * key_.mr * nv_) +
+                " accumulators (k_split x mr x vectors); the form has " + std::to_string(budget));
 }
 
 // Sets first (the loop body is a whole number of rotations), then the k loop: up to
 // kFullUnrollK every k is unrolled, above it a run-time loop of k_loop_steps() full steps.
 void GemmSkeleton::plan() {
+  if (key_.k_split > 1) return plan_k_split();
   sets_ = plan_sets();
   const int64_t steps = k_loop_steps();
   if (sets_ < 1 || steps % sets_ != 0)
@@ -62,6 +70,20 @@ void GemmSkeleton::plan() {
   loop_k_ = steps * k_step_width();
   const int64_t k = reduction_k();
   iterations_ = k <= kFullUnrollK ? 0 : k / loop_k_;
+}
+
+// k_split: set s sums span s, K's first split_k_ * k_split k in k_split equal spans, and the
+// last set also the k past them; each loop iteration takes k_loop_steps() / k_split steps of
+// every span (at least one), so the k_split weight streams are read side by side.
+void GemmSkeleton::plan_k_split() {
+  sets_ = key_.k_split;
+  span_steps_ = std::max<int64_t>(1, k_loop_steps() / sets_);
+  loop_k_ = span_steps_ * k_step_width();
+  split_k_ = reduction_k() / (sets_ * loop_k_) * loop_k_;
+  iterations_ = split_k_ / loop_k_;
+  if (iterations_ < 1)
+    unsupported("k_split " + std::to_string(sets_) + " needs k >= " + std::to_string(sets_ * loop_k_) +
+                " (one loop step per span)");
 }
 
 // The qd8 forms run to gemm_padded_k (their rows are padded with zero codes); the others stop
@@ -132,6 +154,7 @@ void GemmSkeleton::emit_init() {
 
 void GemmSkeleton::emit_k_loop() {
   b_consumed_ = 0;
+  if (key_.k_split > 1) return emit_k_split_loop();
   if (iterations_ > 0) {
     Label top = e_->newLabel();
     k_loop_begin(iterations_);
@@ -142,21 +165,40 @@ void GemmSkeleton::emit_k_loop() {
     k_loop_end(loop_k_, top);
     b_consumed_ = weight_bytes(iterations_ * loop_k_);
   }
-  emit_k_rest(reduction_k() - iterations_ * loop_k_);
+  emit_k_rest(0, reduction_k() - iterations_ * loop_k_, -1);
   check("k_loop");
 }
 
-// The k the loop leaves (or all of a small K), unrolled: full steps, then the back end's rest
-// steps (single k unless it says otherwise: the qd8 forms take whole 4-code groups). The loop
-// body is a whole number of set rotations, so step r of the rest continues at set r % sets.
-void GemmSkeleton::emit_k_rest(int64_t k) {
+// The pointers advance by one span's loop k per iteration, so span s of step t sits s spans
+// ahead; after the loop the k past the spans continue the last set's chain.
+void GemmSkeleton::emit_k_split_loop() {
+  Label top = e_->newLabel();
+  k_loop_begin(iterations_);
+  e_->align(AlignMode::kCode, 16);
+  e_->bind(top);
   const int64_t width = k_step_width();
+  int64_t index = 0;
+  for (int64_t t = 0; t < span_steps_; ++t)
+    for (int64_t s = 0; s < sets_; ++s, ++index) emit_k_step({s * split_k_ + t * width, width, index, s, true});
+  k_loop_end(loop_k_, top);
+  b_consumed_ = weight_bytes(split_k_);
+  emit_k_rest((sets_ - 1) * split_k_, reduction_k() - sets_ * split_k_, sets_ - 1);
+  check("k_loop");
+}
+
+// The k the loop leaves (or all of a small K), `k` of them from `from`, unrolled: full steps,
+// then the back end's rest steps (single k unless it says otherwise: the qd8 forms take whole
+// 4-code groups). The loop body is a whole number of set rotations, so step r of the rest
+// continues at set r % sets, unless `set` >= 0 names the one set they all go to.
+void GemmSkeleton::emit_k_rest(int64_t from, int64_t k, int64_t set) {
+  const int64_t width = k_step_width();
+  const auto set_of = [&](int64_t index) { return set >= 0 ? set : index % sets_; };
   int64_t at = 0, index = 0;
-  for (; at + width <= k; at += width, ++index) emit_k_step({at, width, index, index % sets_, false});
+  for (; at + width <= k; at += width, ++index) emit_k_step({from + at, width, index, set_of(index), false});
   while (at < k) {
     const int64_t w = k_rest_step_width(k - at);
     if (w < 1 || w > k - at) throw Error(Status::kInternalError, kernel_name() + ": a rest step outside the k left");
-    emit_k_step({at, w, index, index % sets_, false});
+    emit_k_step({from + at, w, index, set_of(index), false});
     at += w, ++index;
   }
 }

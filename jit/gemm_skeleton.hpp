@@ -43,8 +43,8 @@ struct GemmXOperand {
 /// the pointers move to the next panel.
 ///
 /// Arithmetic order (fixed here, every ISA): each output is one chain of FMAs in ascending k
-/// per set (k step i goes to set i % sets()), the sets added in ascending order after the
-/// loop; relu is max(+0, x) keeping NaN; the recipes' operations each round on their own; the
+/// per set (k step i goes to set i % sets(); with key.k_split set s takes span s of K and the
+/// last set the k past the spans), the sets added in ascending order after the loop; relu is max(+0, x) keeping NaN; the recipes' operations each round on their own; the
 /// scale multiplies last. So a result depends on the key only, never on the thread split.
 ///
 /// How a form plugs in (GemmKey::quant; docs/quantized-linear-semantics.md):
@@ -179,12 +179,14 @@ class GemmSkeleton : protected KernelEmitter {
  private:
   void check_key() const;
   void plan();
+  void plan_k_split();
   int64_t reduction_k() const;  // k the k loop covers
   // The steps, in emission order.
   void emit_panel_loop();
   void emit_init();
   void emit_k_loop();
-  void emit_k_rest(int64_t k);
+  void emit_k_split_loop();
+  void emit_k_rest(int64_t from, int64_t k, int64_t set);
   void emit_k_step(const GemmKStep& s);
   void emit_f32_k_step(const GemmKStep& s);
   void emit_combine_sets();
@@ -202,7 +204,9 @@ class GemmSkeleton : protected KernelEmitter {
   int64_t nv_, tail_;
   int64_t sets_ = 1;
   int64_t iterations_ = 0;   // run-time k loop iterations (0: all k unrolled)
-  int64_t loop_k_ = 0;       // k per loop iteration
+  int64_t loop_k_ = 0;       // k per loop iteration (k_split: per span)
+  int64_t span_steps_ = 0;   // k_split: steps of each span per loop iteration
+  int64_t split_k_ = 0;      // k_split: k of each span
   int64_t b_consumed_ = 0;   // bytes the panel pointer has advanced within the panel
   std::vector<uint32_t> acc_;
   asmjit::BaseEmitter* e_ = nullptr;

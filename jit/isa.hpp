@@ -42,6 +42,11 @@ struct IsaTraits {
   bool gemm_generator;       ///< a GEMM microkernel emitter takes it (else groups run the reference)
   int gemm_panel_vectors;    ///< vectors per full GEMM panel: the accumulators fill the registers
                              ///< (AVX-512: 3 zmm x 8 rows; AVX2: 2 ymm x 6 rows; NEON: 4 q x 5 rows)
+  int gemm_stream_split;      ///< weight streams (GemmKey::k_split) of a streamed f32 part's
+                             ///< kernels; 1 = one stream. AVX2: 4, measured on a Zen 1 host
+                             ///< (decode 15.5 -> 11.5 ms); AVX-512: 1 until measured on an
+                             ///< AVX-512 host (the emitter takes k_split); NEON: 1, its emitter
+                             ///< has no k split
 
   /// Bytes of one vector register.
   constexpr int vector_bytes() const { return lanes * 4; }
@@ -49,10 +54,10 @@ struct IsaTraits {
 
 /// The table, indexed by Isa's value.
 inline constexpr std::array<IsaTraits, 4> kIsaTraits = {{
-    {Isa::kScalar, "scalar", IsaFamily::kPortable, 99, 1, 0, TailMask::kNone, false, false, 0},
-    {Isa::kAvx2, "avx2", IsaFamily::kX86, 1, 8, 16, TailMask::kVectorMask, true, true, 2},
-    {Isa::kAvx512, "avx512", IsaFamily::kX86, 0, 16, 32, TailMask::kOpmask, true, true, 3},
-    {Isa::kNeon, "neon", IsaFamily::kA64, 0, 4, 32, TailMask::kLanes, true, true, 4},
+    {Isa::kScalar, "scalar", IsaFamily::kPortable, 99, 1, 0, TailMask::kNone, false, false, 0, 1},
+    {Isa::kAvx2, "avx2", IsaFamily::kX86, 1, 8, 16, TailMask::kVectorMask, true, true, 2, 4},
+    {Isa::kAvx512, "avx512", IsaFamily::kX86, 0, 16, 32, TailMask::kOpmask, true, true, 3, 1},
+    {Isa::kNeon, "neon", IsaFamily::kA64, 0, 4, 32, TailMask::kLanes, true, true, 4, 1},
 }};
 
 static_assert(

@@ -194,7 +194,7 @@ TEST_SUITE("jitdump" * doctest::skip(kNoJitdump)) {
 TEST_CASE("jitdump: --help explains every command and flag") {
   const Result r = run_ok({"--help"});
   for (const std::string word : {"embedding-bag", "linear-group", "list-isas", "--key", "--nc", "--act", "--dim", "--mode", "--index", "--offset",
-                           "--table", "--weighted", "--padding", "--isa", "--prefetch", "--runs",
+                           "--table", "--weighted", "--padding", "--isa", "--prefetch", "--k-split", "--runs",
                            "--no-listing", "--golden", "Exit codes"}) {
     CAPTURE(word);
     CHECK(r.out.find(word) != std::string::npos);

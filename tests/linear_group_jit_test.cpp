@@ -7,6 +7,8 @@
 // SHAPEJIT_TEST_SEED replays a run.
 #include <doctest/doctest.h>
 
+#include <asmjit/core.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "jit/gemm_codegen.hpp"
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
 #include "runtime/engine/engine_arena.hpp"
+#include "runtime/engine/kernel_cache.hpp"
 #include "runtime/linear_group/linear_group_exec.hpp"
 #include "runtime/linear_group/linear_group_pack.hpp"
 #include "support/embag_cases.hpp"
@@ -316,6 +320,68 @@ void run_fixed_shapes(Isa isa) {
   }
 }
 
+// k-split kernels (GemmKey::k_split) swapped into packed groups: the runtime picks them only for
+// streamed f32 parts where the ISA measured a gain (jit::gemm_stream_split), but every x86 key
+// may name one, so each split the registers allow runs here on small parts (K off every span
+// and step, tails, table stores, every epilogue) against the reference bound.
+void run_k_split_shapes(Isa isa) {
+  struct Shape {
+    int64_t m, k, n, ldx;
+    shapejit_layout layout;
+    int64_t heads;
+  };
+  const Shape shapes[] = {{1, 300, 40, 300, SHAPEJIT_LAYOUT_ROW_MAJOR, 1},
+                          {2, 1031, 37, 1031, SHAPEJIT_LAYOUT_ROW_MAJOR, 1},
+                          {3, 517, 64, 520, SHAPEJIT_LAYOUT_HEADS_SEQ_FIRST, 4},
+                          {1, 4099, 23, 4099, SHAPEJIT_LAYOUT_ROW_MAJOR, 1}};
+  Rng rng(battery_seed() ^ 0x6b73);
+  int64_t kernels = 0;
+  for (const Shape& sh : shapes)
+    for (int split = 2; split <= 8; ++split) {
+      Case c;
+      Input in;
+      in.m = sh.m, in.k = sh.k, in.ldx = sh.ldx;
+      in.x.resize(size_t(sh.m * sh.ldx));
+      for (float& v : in.x) v = random_value(rng, false);
+      c.inputs.push_back(in);
+      PartSpec s;
+      s.n = sh.n, s.k = sh.k, s.ldw = sh.k, s.ldy = sh.n, s.layout = sh.layout, s.heads = sh.heads, s.batch = sh.m;
+      s.b_off = split % 2 ? 0 : -1;
+      s.act = static_cast<shapejit_activation>(split % 5);
+      s.scale = split % 3 ? 1.0f : -0.5f;
+      c.parts.push_back(s);
+      c.weights.resize(size_t(sh.n * sh.k));
+      c.bias.resize(size_t(sh.n));
+      for (float& v : c.weights) v = random_value(rng, false);
+      for (float& v : c.bias) v = random_value(rng, false);
+      shapejit::rt::PackedGroup g = pack_case(c, isa);
+      std::string names;
+      for (shapejit::rt::PackedPart& p : g.parts)
+        for (int r = 1; r <= p.mr; ++r)
+          for (auto* slot : {&p.full_keys, &p.edge_keys}) {
+            GemmKey key = (*slot)[size_t(r - 1)];
+            key.k_split = split;
+            if ((slot == &p.full_keys ? p.full_panels : int64_t(p.edge_cols)) == 0 ||
+                split * r * key.nv() > shapejit::jit::gemm_accumulator_budget(isa, key.nv()) || key.k < 16 * split)
+              continue;
+            const auto kernel = shapejit::rt::gemm_kernel_cache().get(key);
+            REQUIRE_MESSAGE(kernel, key.name());
+            (slot == &p.full_keys ? p.full : p.edge)[size_t(r - 1)] = kernel.fn();
+            names.append(1, ' ').append(key.name());
+            ++kernels;
+          }
+      c.text = "k_split " + std::to_string(split) + " m" + std::to_string(sh.m) + " k" + std::to_string(sh.k) +
+               " n" + std::to_string(sh.n) + ":" + names;
+      CAPTURE(c.text);
+      const auto one = run_case(c, g, 1);
+      const auto two = run_case(c, g, 2);
+      CHECK(std::memcmp(one[0].data(), two[0].data(), one[0].size() * 4) == 0);
+      CHECK(check_part(c, 0, one[0]) == 0);
+    }
+  MESSAGE(std::string(isa_name(isa)) << ": " << kernels << " k-split kernels checked");
+  CHECK(kernels > 0);
+}
+
 }  // namespace
 
 TEST_CASE("gemm key: canonical names round-trip and malformed names are rejected") {
@@ -331,6 +397,60 @@ TEST_CASE("gemm key: canonical names round-trip and malformed names are rejected
     CHECK_MESSAGE(!shapejit::jit::parse_gemm_key(bad).has_value(), bad);
   CHECK(shapejit::jit::gemm_max_mr(Isa::kAvx512, 3) == 8);
   CHECK(shapejit::jit::gemm_max_mr(Isa::kAvx2, 2) == 6);
+  k.k_split = 4, k.prefetch = 0;
+  CHECK(k.name() == "gemm.avx2.6x13.k768.bias.gelu_tanh.scale.tab.ks4");
+  REQUIRE(shapejit::jit::parse_gemm_key(k.name()).has_value());
+  CHECK(*shapejit::jit::parse_gemm_key(k.name()) == k);
+  for (const char* bad : {"gemm.avx2.1x16.k768.ks1", "gemm.avx2.1x16.k768.ks", "gemm.avx2.1x16.k768.ks4.pf64"})
+    CHECK_MESSAGE(!shapejit::jit::parse_gemm_key(bad).has_value(), bad);
+}
+
+TEST_CASE("gemm key: streamed parts' k split follows the ISA, the form and the register budget") {
+  using shapejit::jit::gemm_stream_split;
+  GemmKey k;
+  k.isa = Isa::kAvx2, k.mr = 1, k.nc = 16, k.k = 4096;
+  CHECK(gemm_stream_split(k) == shapejit::jit::isa_traits(Isa::kAvx2).gemm_stream_split);
+  k.mr = 6;  // 12 accumulators fill AVX2's budget: no room for a second set
+  CHECK(gemm_stream_split(k) == 1);
+  k.mr = 1, k.k = 100;  // spans shorter than 64 k
+  CHECK(gemm_stream_split(k) == 1);
+  k.k = 4096, k.quant = shapejit::jit::GemmQuant::kQd8Qc8w;
+  CHECK(gemm_stream_split(k) == 1);
+  k.quant = shapejit::jit::GemmQuant::kF32, k.isa = Isa::kNeon, k.nc = 16;
+  CHECK(gemm_stream_split(k) == 1);
+  // What the generators refuse: a split past the registers, a K without one step per span, NEON.
+  auto refused = [](GemmKey key, asmjit::Arch arch) {
+    asmjit::CodeHolder code;
+    code.init(asmjit::Environment(arch));
+    try {
+      shapejit::jit::emit_gemm_kernel(key, code);
+    } catch (const shapejit::Error& e) {
+      return e.status() == shapejit::Status::kUnsupported;
+    }
+    return false;
+  };
+  GemmKey x;
+  x.isa = Isa::kAvx2, x.mr = 1, x.nc = 16, x.k = 64, x.k_split = 6;
+  CHECK_FALSE(refused(x, asmjit::Arch::kX64));
+  x.k_split = 7;  // 14 accumulators
+  CHECK(refused(x, asmjit::Arch::kX64));
+  x.k_split = 4, x.k = 3;
+  CHECK(refused(x, asmjit::Arch::kX64));
+  x.k_split = 9, x.k = 4096;
+  CHECK(refused(x, asmjit::Arch::kX64));
+  x.isa = Isa::kNeon, x.k_split = 2;
+  CHECK(refused(x, asmjit::Arch::kAArch64));
+}
+
+TEST_CASE("linear group jit: k-split kernels on every x86 ISA against the reference" *
+          doctest::skip(!host_has(Isa::kAvx2))) {
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (!host_has(isa)) {
+      MESSAGE(isa_name(isa) << " SKIPPED: this host cannot run it");
+      continue;
+    }
+    run_k_split_shapes(isa);
+  }
 }
 
 TEST_CASE("linear group jit avx512: random groups vs the reference, 1 and 2 threads" *

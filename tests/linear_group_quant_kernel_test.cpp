@@ -7,12 +7,12 @@
 //   weight-only: acc = sum_k x * float(code) within the f32 group's bound (codes as weights),
 //         then f32(f32(acc * wscale) + bias) and the activation, the bound carried through.
 // Per variant (AVX2 and AVX-512BW without VNNI: int8 codes widened to 16 bits, int4 codes with
-// vpmaddubsw; AVX-512 VNNI `dot`) on random keys: K off
-// every group size (odd for int4), nc with tails, every mr up to gemm_max_mr, bias or not, every
-// activation, scale, row-major and table stores. Inputs end at PROT_NONE pages (X rows readable
-// exactly to gemm_padded_k bytes for qd8, K floats otherwise; the panels, scales and zero
-// points), so a kernel reading past them faults; outputs sit in sentinels. Extreme codes (u = 0
-// and 255 against codes -127/127 and -8/7, up to K = 65536) prove no step saturates. Variants the
+// vpmaddubsw; AVX-512 VNNI `dot`) on random keys: K off every group size (odd for int4), nc with
+// tails, every mr up to gemm_max_mr, bias or not, every activation, scale, row-major and table
+// stores, K in spans (k_split) or not. Inputs end at PROT_NONE pages (X rows readable exactly to
+// gemm_padded_k bytes for qd8, K floats otherwise; the panels, scales and zero points), so a
+// kernel reading past them faults; outputs sit in sentinels. Extreme codes (u = 0 and 255
+// against codes -127/127 and -8/7, up to K = 65536) prove no step saturates. Variants the
 // host cannot run are reported as skipped. SHAPEJIT_TEST_SEED replays a run;
 // SHAPEJIT_QUANT_KERNEL_CASES sets the random keys per variant (default 400; fewer under Bochs).
 #include <doctest/doctest.h>
@@ -332,6 +332,12 @@ GemmKey random_key(Rng& rng, const Variant& v, GemmQuant form) {
   key.scale = rng() % 3 == 0;
   key.store = (key.tail() == 0 && rng() % 3 == 0) ? GemmStore::kTable : GemmStore::kRowMajor;
   if (rng() % 5 == 0) key.prefetch = 256;
+  // k split (GemmKey::k_split): the int32 sets of the qd8 forms are added as integers.
+  const int splits = shapejit::jit::gemm_accumulator_budget(v.isa, key.nv(), form, v.dot) / (key.mr * key.nv());
+  if (rng() % 4 == 0 && splits >= 2) {
+    key.k_split = int(uniform(rng, 2, std::min(splits, 8)));
+    key.k = std::max<int64_t>(key.k, 16 * key.k_split + uniform(rng, 0, 300));
+  }
   return key;
 }
 

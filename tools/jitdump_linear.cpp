@@ -17,7 +17,7 @@ using jit::GemmKey;
 using jit::Isa;
 
 constexpr const char* kKeyFormat =
-    "gemm.<isa>.<mr>x<nc>.k<K>[.<quant>][.bias][.<act>][.scale][.tab][.pf<N>][.dot], e.g. "
+    "gemm.<isa>.<mr>x<nc>.k<K>[.<quant>][.bias][.<act>][.scale][.tab][.pf<N>][.ks<S>][.dot], e.g. "
     "gemm.avx512.8x48.k768.bias.gelu or gemm.avx2.4x16.k768.qd8qc8w.bias";
 
 /// The flags as CLI11 parsed them; turned into a GemmKey by make_key().
@@ -32,6 +32,7 @@ struct GemmFlags {
   bool scale = false;
   std::string store = "row-major";
   int prefetch = 0;
+  int k_split = 1;
   std::string quant = "f32";
   bool dot = false;
   DumpOptions dump;
@@ -94,6 +95,7 @@ GemmKey make_key(const GemmFlags& f) {
   key.scale = f.scale;
   key.store = f.store == "table" ? jit::GemmStore::kTable : jit::GemmStore::kRowMajor;
   key.prefetch = f.prefetch;
+  key.k_split = f.k_split;
   check_tile(key, "--mr", f.nc > 0 ? "--nc" : "--isa");
   return key;
 }
@@ -144,6 +146,10 @@ Command add_linear_group_command(CLI::App& parent) {
   shape.push_back(app->add_option("--prefetch", flags->prefetch,
                                   "Software prefetch of the weight stream, in bytes ahead; 0 = none (default)")
                       ->check(int_in(0, 1 << 20)));
+  shape.push_back(app->add_option("--k-split", flags->k_split,
+                                  "Read K in this many spans side by side, each its own partial sum (weight streams "
+                                  "of a streamed decode part); 1 = one stream (default)")
+                      ->check(int_in(1, 8)));
   shape.push_back(app->add_option("--quant", flags->quant,
                                   "Operand form (docs/quantized-linear-semantics.md): f32 (default), qd8-qc8w, "
                                   "qd8-qc4w (int8 input, int8/int4 weights), f32-qc8w, f32-qc4w (weight-only)")

@@ -34,6 +34,7 @@ void A64GemmEmitter::check_isa() const {
   if (isa_traits(key().isa).family != IsaFamily::kA64) unsupported("not an AArch64 ISA");
   if (code().arch() != Arch::kAArch64) unsupported("the CodeHolder is not initialised for AArch64");
   if (key().lanes() != kLanes) unsupported("gemm_lanes(neon) must be 4");
+  if (key().k_split != 1) unsupported("k_split: the NEON emitter reads one weight stream (post-incremented X rows)");
 }
 
 void A64GemmEmitter::plan_registers() {

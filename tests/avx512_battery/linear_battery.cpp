@@ -2,6 +2,7 @@
 // the microkernels for every row count of the row block, full and edge panels), runs them and
 // checks every output element against ref::reference_element's acceptance bound (the bound the
 // linear-group JIT tests use), and every byte around the outputs for stray writes.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
 #include "runtime/engine/engine_arena.hpp"
+#include "runtime/engine/kernel_cache.hpp"
 #include "runtime/linear_group/linear_group_exec.hpp"
 #include "runtime/linear_group/linear_group_pack.hpp"
 
@@ -187,11 +190,30 @@ std::string check(const Part& p, const std::vector<float>& y, int64_t& checked) 
   return "";
 }
 
+// Gives every kernel of the group the largest k split (GemmKey::k_split) its registers and K
+// allow: the runtime picks split kernels only for streamed f32 parts where the ISA measured a
+// gain (jit::gemm_stream_split), but every x86 key may name one.
+void use_k_split(rt::PackedGroup& g) {
+  for (rt::PackedPart& p : g.parts)
+    for (int r = 1; r <= p.mr; ++r)
+      for (const bool full : {true, false}) {
+        if ((full ? p.full_panels : int64_t(p.edge_cols)) == 0) continue;
+        jit::GemmKey key = (full ? p.full_keys : p.edge_keys)[size_t(r - 1)];
+        const int budget = jit::gemm_accumulator_budget(key.isa, key.nv(), key.quant, key.dot);
+        key.k_split = int(std::min<int64_t>({8, budget / (r * key.nv()), key.k / 16}));
+        if (key.k_split < 2) continue;
+        const auto kernel = rt::gemm_kernel_cache().get(key);
+        if (!kernel) throw std::runtime_error("no kernel for " + key.name());
+        (full ? p.full_keys : p.edge_keys)[size_t(r - 1)] = key;
+        (full ? p.full : p.edge)[size_t(r - 1)] = kernel.fn();
+      }
+}
+
 }  // namespace
 
 // Every activation x bias x scale x layout, two groups each (one to three parts, with separate
 // inputs and with one shared input; every third group also on two threads, which must give the
-// same bits), every fourth with NaN and infinities.
+// same bits), every fourth with NaN and infinities, every fourth (another) with k-split kernels.
 Tally run_linear_groups(const Options& options) {
   static constexpr shapejit_activation kActs[] = {SHAPEJIT_ACTIVATION_NONE, SHAPEJIT_ACTIVATION_RELU,
                                                   SHAPEJIT_ACTIVATION_GELU, SHAPEJIT_ACTIVATION_GELU_TANH,
@@ -216,7 +238,8 @@ Tally run_linear_groups(const Options& options) {
             for (const Part& p : parts)
               weights.push_back({p.w.data(), p.ldw, p.n, p.k, p.bias ? p.b.data() : nullptr, p.act, p.scale,
                                  p.layout, p.heads});
-            const rt::PackedGroup g = rt::pack_linear_group(weights, options.isa);
+            rt::PackedGroup g = rt::pack_linear_group(weights, options.isa);
+            if (item % 4 == 3) use_k_split(g);
             tally.kernels += int64_t(executed_kernels(g, parts).size());
             const auto one = run(parts, g, 1);
             std::vector<std::vector<float>> two;
