@@ -7,8 +7,6 @@
 // SHAPEJIT_TEST_SEED replays a run.
 #include <doctest/doctest.h>
 
-#include <asmjit/core.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "jit/gemm_codegen.hpp"
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
 #include "runtime/engine/engine_arena.hpp"
@@ -27,6 +24,7 @@
 #include "runtime/linear_group/linear_group_exec.hpp"
 #include "runtime/linear_group/linear_group_pack.hpp"
 #include "support/embag_cases.hpp"
+#include "support/gemm_refusal.hpp"
 #include "support/host_isas.hpp"
 
 namespace {
@@ -281,6 +279,15 @@ uint64_t battery_seed() { return shapejit::test::test_seed(0x5eed'4a11'9e33ull);
 
 // Fixed groups: the seed's tiny shapes, decode with weights streamed past the caches, a padded
 // input copy (rows aliasing in L1), and shared-input groups whose panel blocks span parts.
+// An input of m rows of k values (no specials), ldx apart.
+Input random_input(Rng& rng, int64_t m, int64_t k, int64_t ldx) {
+  Input in;
+  in.m = m, in.k = k, in.ldx = ldx;
+  in.x.resize(size_t(m * ldx));
+  for (float& v : in.x) v = random_value(rng, false);
+  return in;
+}
+
 void run_fixed_shapes(Isa isa) {
   struct Shape {
     int64_t m, k, n, ldx, parts;
@@ -291,11 +298,7 @@ void run_fixed_shapes(Isa isa) {
   Rng rng(battery_seed());
   for (const Shape& sh : shapes) {
     Case c;
-    Input in;
-    in.m = sh.m, in.k = sh.k, in.ldx = sh.ldx;
-    in.x.resize(size_t(sh.m * sh.ldx));
-    for (float& v : in.x) v = random_value(rng, false);
-    c.inputs.push_back(in);
+    c.inputs.push_back(random_input(rng, sh.m, sh.k, sh.ldx));
     for (int64_t p = 0; p < sh.parts; ++p) {
       PartSpec s;
       s.n = sh.n, s.k = sh.k, s.ldw = sh.k, s.ldy = sh.n;
@@ -339,11 +342,7 @@ void run_k_split_shapes(Isa isa) {
   for (const Shape& sh : shapes)
     for (int split = 2; split <= 8; ++split) {
       Case c;
-      Input in;
-      in.m = sh.m, in.k = sh.k, in.ldx = sh.ldx;
-      in.x.resize(size_t(sh.m * sh.ldx));
-      for (float& v : in.x) v = random_value(rng, false);
-      c.inputs.push_back(in);
+      c.inputs.push_back(random_input(rng, sh.m, sh.k, sh.ldx));
       PartSpec s;
       s.n = sh.n, s.k = sh.k, s.ldw = sh.k, s.ldy = sh.n, s.layout = sh.layout, s.heads = sh.heads, s.batch = sh.m;
       s.b_off = split % 2 ? 0 : -1;
@@ -419,16 +418,8 @@ TEST_CASE("gemm key: streamed parts' k split follows the ISA, the form and the r
   k.quant = shapejit::jit::GemmQuant::kF32, k.isa = Isa::kNeon, k.nc = 16;
   CHECK(gemm_stream_split(k) == 1);
   // What the generators refuse: a split past the registers, a K without one step per span, NEON.
-  auto refused = [](GemmKey key, asmjit::Arch arch) {
-    asmjit::CodeHolder code;
-    code.init(asmjit::Environment(arch));
-    try {
-      shapejit::jit::emit_gemm_kernel(key, code);
-    } catch (const shapejit::Error& e) {
-      return e.status() == shapejit::Status::kUnsupported;
-    }
-    return false;
-  };
+  using shapejit::test::gemm_key_refused;
+  const auto refused = [](const GemmKey& key, asmjit::Arch arch) { return gemm_key_refused(key, arch); };
   GemmKey x;
   x.isa = Isa::kAvx2, x.mr = 1, x.nc = 16, x.k = 64, x.k_split = 6;
   CHECK_FALSE(refused(x, asmjit::Arch::kX64));
