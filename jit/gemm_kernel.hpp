@@ -42,6 +42,10 @@ enum class GemmQuant : int {
   kF32Qc4w = 4,  ///< f32 X; int4 weight codes, two per byte (weight-only)
 };
 
+/// Largest K of a qd8 kernel: 65536 * 255 * 128 < 2^31 keeps its int32 accumulator exact (the
+/// runtime's validation refuses longer qd8 parts with this constant; ref/ keeps its own).
+inline constexpr int64_t kGemmQd8MaxK = 65536;
+
 /// True for the forms whose input is quantized per row (an exact int32 accumulator).
 constexpr bool gemm_quantized_input(GemmQuant q) { return q == GemmQuant::kQd8Qc8w || q == GemmQuant::kQd8Qc4w; }
 /// True for the forms with int4 weight codes.

@@ -51,6 +51,11 @@ void GemmSkeleton::check_key() const {
   if (key_.store == GemmStore::kTable && tail_ != 0)
     unsupported("table stores need whole vectors (nc a multiple of " + std::to_string(lanes()) + ")");
   if (key_.prefetch < 0 || key_.prefetch > (1 << 20)) unsupported("prefetch distance outside [0, 2^20]");
+  if (key_.dot && !gemm_quantized_input(key_.quant))
+    unsupported("the dot variant exists for the qd8 forms only (the others multiply in f32)");
+  if (gemm_quantized_input(key_.quant) && key_.k > kGemmQd8MaxK)
+    unsupported("k " + std::to_string(key_.k) + " exceeds " + std::to_string(kGemmQd8MaxK) +
+                ", the largest K whose qd8 int32 accumulator is exact");
   if (key_.k_split < 1 || key_.k_split > kMaxKSplit)
     unsupported("k_split " + std::to_string(key_.k_split) + " is outside [1, " + std::to_string(kMaxKSplit) + "]");
   const int budget = gemm_accumulator_budget(key_.isa, int(nv_), key_.quant, key_.dot);

@@ -21,8 +21,6 @@ using namespace asmjit;
 namespace {
 
 constexpr int64_t kVecBytes = 16;
-constexpr int64_t kMaxQd8K = 65536;  // the contract's bound for an exact int32 accumulator
-constexpr int64_t kMaxK = int64_t(1) << 22;
 
 a64::Vec vq(uint32_t id) { return a64::v(id); }
 
@@ -45,12 +43,7 @@ A64GemmQuantOps::A64GemmQuantOps(const GemmKey& key, a64::Assembler& a, A64Quant
       width_(gemm_panel_width(key)) {
   auto unsupported = [&](const std::string& why) { throw Error(Status::kUnsupported, name_ + ": " + why); };
   if (key.quant == GemmQuant::kF32) unsupported("the quantized primitives need a quantized form");
-  if (key.dot && !gemm_quantized_input(key.quant))
-    unsupported("the dot variant applies to the qd8 forms only (the f32-qc* forms multiply in f32)");
-  const int64_t max_k = gemm_quantized_input(key.quant) ? kMaxQd8K : kMaxK;
-  if (key.k > max_k)
-    unsupported("k " + std::to_string(key.k) + " exceeds " + std::to_string(max_k) + " for this form" +
-                (gemm_quantized_input(key.quant) ? " (the int32 accumulator must stay exact)" : ""));
+  // The contract's limits (K, the dot variant's forms) are the skeleton's key check.
   if (int64_t(r_.temps.size()) < a64_quant_temps(key) || int64_t(r_.x.size()) != mr_ ||
       int64_t(r_.acc.size()) != mr_ * nv_ || int64_t(r_.rows.size()) != mr_)
     throw Error(Status::kInternalError, name_ + ": the quantized primitives got too few registers");

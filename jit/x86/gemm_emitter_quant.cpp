@@ -23,17 +23,9 @@ X86QuantBody X86GemmEmitter::quant_body() const {
   return body;
 }
 
-namespace {
-constexpr int64_t kMaxQd8K = 65536;  // the qd8 contract: |acc| <= 65536 * 255 * 128 < 2^31
-}  // namespace
-
-// What the skeleton's key check (the f32 rules) leaves to the quantized forms: their register
-// budget, the qd8 K limit and where the dot variant exists.
+// What the skeleton's key check (the contract's rules: the qd8 K limit, where the dot variant
+// exists) leaves to the x86 quantized forms: their register budget.
 void X86GemmEmitter::check_quant_key() const {
-  if (key().dot && !gemm_quantized_input(key().quant)) unsupported("the dot variant exists for the qd8 forms only");
-  if (gemm_quantized_input(key().quant) && key().k > kMaxQd8K)
-    unsupported("k " + std::to_string(key().k) + " exceeds " + std::to_string(kMaxQd8K) +
-                ", the largest K whose qd8 int32 accumulator is exact");
   const int max_mr = gemm_max_mr(key().isa, int(nv()), key().quant, key().dot);
   if (nv() <= 4 && mr() > max_mr)  // more vectors: the skeleton's check names nc
     unsupported("mr " + std::to_string(mr()) + " is outside [1, " + std::to_string(max_mr) + "] for " +

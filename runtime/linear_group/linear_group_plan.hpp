@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "jit/gemm_kernel.hpp"
 #include "jit/isa.hpp"
 #include "shapejit/shapejit.h"
 
@@ -55,8 +56,8 @@ constexpr bool linear_quantized_input(shapejit_linear_quant q) {
 constexpr bool linear_int4_weights(shapejit_linear_quant q) {
   return q == SHAPEJIT_LINEAR_QD8_QC4W || q == SHAPEJIT_LINEAR_F32_QC4W;
 }
-/// Largest K of a qd8 part: 65536 * 255 * 128 < 2^31 keeps the int32 accumulator exact.
-inline constexpr int64_t kQd8MaxK = 65536;
+/// Largest K of a qd8 part: the kernels' (jit::kGemmQd8MaxK), so their int32 accumulator is exact.
+inline constexpr int64_t kQd8MaxK = jit::kGemmQd8MaxK;
 
 /// Part `p` of a validated description: the only place a part descriptor becomes a part (the
 /// packed form's rows and bias slice start at row_begin; a part without a scale has scale 1; a
