@@ -156,7 +156,7 @@ __attribute__((target("avx2"))) bool quantize_row_avx2(const float* x, int64_t k
   return true;
 }
 
-const bool kRowsOnAvx2 = jit::host_features().avx2;
+const bool kRowsOnAvx2 = jit::host_runs(jit::Isa::kAvx2);  // CPU and OS (ymm state)
 #endif
 
 }  // namespace
