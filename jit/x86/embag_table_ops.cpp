@@ -8,7 +8,7 @@
 //   Q4 6 (AVX2: broadcast, shift the nibble to the top and back, convert; AVX-512: gather the
 //   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), Q8 4 (zero-extend,
 //   convert), each + add + fma (B4 is one f32 add and one f32 fma, weighted or not).
-// AVX2 unweighted Q4/Q2 read whole groups of vectors per load instead (column groups,
+// AVX2 Q4/Q2 read whole groups of vectors per load instead (column groups,
 // embag_table_ops_groups.cpp: Q4 4.5, Q2 4 per vector); vectors outside a group take the counts
 // above, or without the shift vector (single_shift()) Q4 8 and Q2 10.
 #include "jit/x86/embag_table_ops.hpp"
@@ -91,7 +91,7 @@ bool X86TableOps::single_shift() const {
 }
 
 int64_t X86TableOps::group_vecs() const {
-  if (avx512_ || key_.weighted) return 1;
+  if (avx512_) return 1;
   if (key_.table == DType::kQ4) return 2;
   return key_.table == DType::kQ2 ? 4 : 1;
 }

@@ -1,4 +1,4 @@
-// X86TableOps, column groups (AVX2, unweighted Q4 and Q2 in every mode): one
+// X86TableOps, column groups (AVX2, Q4 and Q2 in every mode, weighted or not): one
 // 8-byte load of codes feeds a group of full vectors, each holding one code position of every
 // byte: Q4 16 columns in 2 vectors (low nibbles = even columns, high nibbles = odd ones), Q2 32
 // columns in 4 (crumb k of byte i = column 4i + k). The arithmetic per lane is accumulate's and
