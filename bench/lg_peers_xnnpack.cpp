@@ -13,9 +13,15 @@
 #include <pthreadpool.h>
 #include <xnnpack.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <map>
 #include <stdexcept>
+#include <vector>
 #endif
 
 namespace shapejit::bench {
@@ -28,9 +34,38 @@ void check(xnn_status status, const char* what) {
     throw std::runtime_error(std::string("XNNPACK ") + what + " failed with status " + std::to_string(int(status)));
 }
 
+// "" when a small fully-connected operator runs in a forked child, else why not. With pip
+// torch's libtorch linked in (the ATen rows), Debian's XNNPACK was seen to pick AVX-512 kernels
+// on an AVX2 host and die of SIGILL; the probe turns that into an `unavailable` row instead of
+// ending the whole benchmark.
+std::string probe_in_child() {
+  const pid_t pid = fork();
+  if (pid < 0) return "";  // no probe possible: run it
+  if (pid == 0) {
+    std::vector<float> w(16 * 16, 0.5f), x(16, 1.0f), y(16);
+    xnn_operator_t op = nullptr;
+    const bool ok = xnn_initialize(nullptr) == xnn_status_success &&
+                    xnn_create_fully_connected_nc_f32(16, 16, 16, 16, w.data(), nullptr, -INFINITY, INFINITY, 0,
+                                                      &op) == xnn_status_success &&
+                    xnn_setup_fully_connected_nc_f32(op, 1, x.data(), y.data(), nullptr) == xnn_status_success &&
+                    xnn_run_operator(op, nullptr) == xnn_status_success && y[0] == 8.0f;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return "";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (WIFSIGNALED(status))
+    return std::string("unavailable: XNNPACK died of ") + strsignal(WTERMSIG(status)) +
+           " running a 16x16 fully-connected operator in a probe process (with pip torch's libtorch linked "
+           "in, this Debian XNNPACK has picked AVX-512 kernels on an AVX2 host)";
+  return "unavailable: XNNPACK gave a wrong or failed result on a 16x16 probe";
+}
+
 class XnnpackImpl final : public LgImpl {
  public:
   explicit XnnpackImpl(const LgData& data) : d_(data), outs_(*data.c) {
+    static const std::string probe = probe_in_child();
+    if (!probe.empty()) throw std::runtime_error(probe);
     static const xnn_status init = xnn_initialize(nullptr);
     check(init, "xnn_initialize");
     const LgCase& c = *data.c;
