@@ -20,12 +20,12 @@
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
 #include "runtime/engine/engine_arena.hpp"
-#include "runtime/engine/kernel_cache.hpp"
 #include "runtime/linear_group/linear_group_exec.hpp"
 #include "runtime/linear_group/linear_group_pack.hpp"
 #include "support/embag_cases.hpp"
 #include "support/gemm_refusal.hpp"
 #include "support/host_isas.hpp"
+#include "support/k_split_kernels.hpp"
 
 namespace {
 
@@ -354,21 +354,10 @@ void run_k_split_shapes(Isa isa) {
       for (float& v : c.weights) v = random_value(rng, false);
       for (float& v : c.bias) v = random_value(rng, false);
       shapejit::rt::PackedGroup g = pack_case(c, isa);
+      kernels += shapejit::test::use_k_split(g, split);
       std::string names;
-      for (shapejit::rt::PackedPart& p : g.parts)
-        for (int r = 1; r <= p.mr; ++r)
-          for (auto* slot : {&p.full_keys, &p.edge_keys}) {
-            GemmKey key = (*slot)[size_t(r - 1)];
-            key.k_split = split;
-            if ((slot == &p.full_keys ? p.full_panels : int64_t(p.edge_cols)) == 0 ||
-                split * r * key.nv() > shapejit::jit::gemm_accumulator_budget(isa, key.nv()) || key.k < 16 * split)
-              continue;
-            const auto kernel = shapejit::rt::gemm_kernel_cache().get(key);
-            REQUIRE_MESSAGE(kernel, key.name());
-            (slot == &p.full_keys ? p.full : p.edge)[size_t(r - 1)] = kernel.fn();
-            names.append(1, ' ').append(key.name());
-            ++kernels;
-          }
+      for (const GemmKey& key : g.keys())
+        if (key.k_split > 1) names.append(1, ' ').append(key.name());
       c.text = "k_split " + std::to_string(split) + " m" + std::to_string(sh.m) + " k" + std::to_string(sh.k) +
                " n" + std::to_string(sh.n) + ":" + names;
       CAPTURE(c.text);

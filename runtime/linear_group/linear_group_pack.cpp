@@ -70,18 +70,18 @@ PackedPart lay_out_part(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_q
   // is the form's, jit::gemm_max_mr), so parts sharing an input block its rows alike and each
   // row's kernel (hence its rounding) never depends on the grouping or the thread count.
   p.mr = std::min(jit::gemm_max_mr(isa, full_panel_vectors(isa), base.quant, base.dot), kMaxGemmMr);
+  // Streamed parts read their panels' k spans side by side where the ISA and the form gain
+  // from it (jit::gemm_stream_split); such kernels do without the software prefetch (on the
+  // AVX2 host it cost 10 % beside the four streams; one stream keeps it).
+  const auto stream = [](jit::GemmKey k) {
+    if (k.prefetch == 0) return k;
+    k.k_split = jit::gemm_stream_split(k);
+    if (k.k_split > 1) k.prefetch = 0;
+    return k;
+  };
   for (int r = 1; r <= p.mr; ++r) {
     jit::GemmKey key = base;
     key.mr = r;
-    // Streamed parts read their panels' k spans side by side where the ISA and the form gain
-    // from it (jit::gemm_stream_split); such kernels do without the software prefetch (on the
-    // AVX2 host it cost 10 % beside the four streams; one stream keeps it).
-    const auto stream = [](jit::GemmKey k) {
-      if (k.prefetch == 0) return k;
-      k.k_split = jit::gemm_stream_split(k);
-      if (k.k_split > 1) k.prefetch = 0;
-      return k;
-    };
     if (p.full_panels > 0) {
       key.nc = int(p.nc);
       p.full_keys[size_t(r - 1)] = stream(key);

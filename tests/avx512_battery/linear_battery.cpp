@@ -2,7 +2,6 @@
 // the microkernels for every row count of the row block, full and edge panels), runs them and
 // checks every output element against ref::reference_element's acceptance bound (the bound the
 // linear-group JIT tests use), and every byte around the outputs for stray writes.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,7 +10,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,9 +17,9 @@
 #include "jit/gemm_kernel.hpp"
 #include "ref/linear_group.hpp"
 #include "runtime/engine/engine_arena.hpp"
-#include "runtime/engine/kernel_cache.hpp"
 #include "runtime/linear_group/linear_group_exec.hpp"
 #include "runtime/linear_group/linear_group_pack.hpp"
+#include "support/k_split_kernels.hpp"
 
 namespace shapejit::test::avx512_battery {
 
@@ -190,25 +188,6 @@ std::string check(const Part& p, const std::vector<float>& y, int64_t& checked) 
   return "";
 }
 
-// Gives every kernel of the group the largest k split (GemmKey::k_split) its registers and K
-// allow: the runtime picks split kernels only for streamed f32 parts where the ISA measured a
-// gain (jit::gemm_stream_split), but every x86 key may name one.
-void use_k_split(rt::PackedGroup& g) {
-  for (rt::PackedPart& p : g.parts)
-    for (int r = 1; r <= p.mr; ++r)
-      for (const bool full : {true, false}) {
-        if ((full ? p.full_panels : int64_t(p.edge_cols)) == 0) continue;
-        jit::GemmKey key = (full ? p.full_keys : p.edge_keys)[size_t(r - 1)];
-        const int budget = jit::gemm_accumulator_budget(key.isa, key.nv(), key.quant, key.dot);
-        key.k_split = int(std::min<int64_t>({8, budget / (r * key.nv()), key.k / 16}));
-        if (key.k_split < 2) continue;
-        const auto kernel = rt::gemm_kernel_cache().get(key);
-        if (!kernel) throw std::runtime_error("no kernel for " + key.name());
-        (full ? p.full_keys : p.edge_keys)[size_t(r - 1)] = key;
-        (full ? p.full : p.edge)[size_t(r - 1)] = kernel.fn();
-      }
-}
-
 }  // namespace
 
 // Every activation x bias x scale x layout, two groups each (one to three parts, with separate
@@ -239,7 +218,7 @@ Tally run_linear_groups(const Options& options) {
               weights.push_back({p.w.data(), p.ldw, p.n, p.k, p.bias ? p.b.data() : nullptr, p.act, p.scale,
                                  p.layout, p.heads});
             rt::PackedGroup g = rt::pack_linear_group(weights, options.isa);
-            if (item % 4 == 3) use_k_split(g);
+            if (item % 4 == 3) test::use_k_split(g, 0);  // the most spans each kernel allows
             tally.kernels += int64_t(executed_kernels(g, parts).size());
             const auto one = run(parts, g, 1);
             std::vector<std::vector<float>> two;
