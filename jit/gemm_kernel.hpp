@@ -51,6 +51,13 @@ constexpr bool gemm_quantized_input(GemmQuant q) { return q == GemmQuant::kQd8Qc
 /// True for the forms with int4 weight codes.
 constexpr bool gemm_int4_weights(GemmQuant q) { return q == GemmQuant::kQd8Qc4w || q == GemmQuant::kF32Qc4w; }
 
+/// x86 qd8-qc8w without VNNI on AVX2: the signed codes q = u - 128 enter vpmaddubsw as |q|
+/// (unsigned, <= 128) times sign(q) * code (vpsignb, in [-127, 127]), exact in 16 bits
+/// (jit/x86/gemm_quant_ops.hpp). AVX-512BW has no vpsignb: it widens to 16 bits instead.
+constexpr bool gemm_x86_sign_step(Isa isa, GemmQuant quant, bool dot) {
+  return isa == Isa::kAvx2 && quant == GemmQuant::kQd8Qc8w && !dot;
+}
+
 /// x86: the vector registers one k step of a kernel holds besides its accumulators.
 struct GemmStepRegisters {
   int weights;  ///< the panel row's weights: nv, or 2 nv when each vector is unpacked into two
@@ -58,11 +65,12 @@ struct GemmStepRegisters {
   int temps;    ///< input broadcasts and products
 };
 /// The x86 rule, per form: f32 and weight-only (codes converted to f32 in place): nv weights
-/// and two broadcasts; qd8-qc8w widened to 16 bits (vpmaddwd): 2 nv weight halves, the input's
-/// two word halves and one product; qd8-qc4w without `dot` (vpmaddubsw, exact for int4): 2 nv
-/// nibble vectors, two input broadcasts and two products; qd8 with vpdpbusd (`dot`): nv
-/// weights (2 nv for int4: the two nibbles) and two input broadcasts.
-GemmStepRegisters gemm_x86_step_registers(int nv, GemmQuant quant, bool dot);
+/// and two broadcasts; qd8-qc8w by sign (gemm_x86_sign_step): nv weights, q, |q| and one
+/// product; qd8-qc8w widened to 16 bits (vpmaddwd): 2 nv weight halves, the input's two word
+/// halves and one product; qd8-qc4w without `dot` (vpmaddubsw, exact for int4): 2 nv nibble
+/// vectors, two input broadcasts and two products; qd8 with vpdpbusd (`dot`): nv weights (2 nv
+/// for int4: the two nibbles) and two input broadcasts.
+GemmStepRegisters gemm_x86_step_registers(Isa isa, int nv, GemmQuant quant, bool dot);
 
 /// Accumulator registers a kernel of `nv` vectors per panel may use on `isa` for `quant` (and
 /// `dot`): x86: what gemm_x86_step_registers leaves, at most 24; NEON: what the nv weights

@@ -68,7 +68,8 @@ std::optional<int64_t> parse_positive(std::string_view s) {
 
 }  // namespace
 
-GemmStepRegisters gemm_x86_step_registers(int nv, GemmQuant quant, bool dot) {
+GemmStepRegisters gemm_x86_step_registers(Isa isa, int nv, GemmQuant quant, bool dot) {
+  if (gemm_x86_sign_step(isa, quant, dot)) return {nv, 3};
   switch (quant) {
     case GemmQuant::kF32:
     case GemmQuant::kF32Qc8w:
@@ -85,7 +86,7 @@ int gemm_accumulator_budget(Isa isa, int nv, GemmQuant quant, bool dot) {
   if (t.family == IsaFamily::kA64) return t.vector_registers - nv;
   // x86: the step's weights and temporaries besides the accumulators, of which AVX-512 keeps
   // at most 24 (5+ registers left for weights and broadcasts).
-  const GemmStepRegisters step = gemm_x86_step_registers(nv, quant, dot);
+  const GemmStepRegisters step = gemm_x86_step_registers(isa, nv, quant, dot);
   return std::min(24, t.vector_registers - step.weights - step.temps);
 }
 
@@ -101,7 +102,8 @@ int gemm_max_mr(Isa isa, int nv, GemmQuant quant, bool dot) {
 int gemm_stream_split(const GemmKey& key) {
   constexpr int64_t kMinSpanK = 64;  // shorter spans: the streams' start-up outweighs them
   // The quantized forms at M = 1 are bound by their arithmetic, not the stream: split, they
-  // were no faster on the AVX2 host (qd8-qc8w 10 % slower), so they keep one stream.
+  // were no faster on the AVX2 host (qd8-qc8w widening 10 % slower, by sign 5-8 %), so they
+  // keep one stream.
   if (key.quant != GemmQuant::kF32) return 1;
   const int tile = key.mr * key.nv();
   int split = std::min(isa_traits(key.isa).gemm_stream_split, gemm_accumulator_budget(key.isa, key.nv(), key.quant, key.dot) / std::max(tile, 1));

@@ -76,7 +76,7 @@ void X86GemmEmitter::plan_registers() {
 
   // The panel row's registers, the accumulators, then the temporaries (gemm_x86_step_registers:
   // the one rule, also gemm_max_mr's). The quantized steps rotate theirs in threes or fours.
-  const GemmStepRegisters step = gemm_x86_step_registers(int(nv()), key().quant, key().dot);
+  const GemmStepRegisters step = gemm_x86_step_registers(key().isa, int(nv()), key().quant, key().dot);
   for (int64_t j = 0; j < step.weights; ++j) bv_.push_back(vecs_.take());
   std::vector<uint32_t> acc;
   for (int64_t i = 0; i < sets() * tile_vectors(); ++i) acc.push_back(vecs_.take());

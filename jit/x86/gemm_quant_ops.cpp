@@ -19,6 +19,8 @@ constexpr uint32_t kHighNibbles = 0xF0F0F0F0u;      // the top nibble of every b
 constexpr uint32_t kLowNibbles = 0x0F0F0F0Fu;       // the low nibble of every byte
 constexpr uint32_t kNibbleSign = 0x08080808u;       // (n ^ 8) - 8 sign-extends a nibble n
 constexpr uint32_t kOneWords = 0x00010001u;         // vpmaddwd by ones: adds word pairs
+constexpr uint32_t kCodeBias = 0x80808080u;         // u ^ 0x80 = u - 128 = q, per byte
+constexpr uint32_t kZeroBias = 128;                 // x_zero - 128 = z, per dword
 
 x86::Mem dword(x86::Mem m) {
   m.setSize(4);
@@ -30,7 +32,12 @@ x86::Mem dword(x86::Mem m) {
 }  // namespace
 
 X86GemmQuantOps::X86GemmQuantOps(const GemmKey& key, x86::Assembler& a)
-    : key_(key), t_(X86VecTraits::of(key.isa)), a_(a), nv_(key.nv()), mr_(key.mr) {
+    : key_(key),
+      t_(X86VecTraits::of(key.isa)),
+      a_(a),
+      nv_(key.nv()),
+      mr_(key.mr),
+      sign_step_(gemm_x86_sign_step(key.isa, key.quant, key.dot)) {
   const std::string name = key.name();
   if (key.quant == GemmQuant::kF32) throw Error(Status::kInternalError, name + ": not a quantized form");
   if (key.dot && !gemm_quantized_input(key.quant))
@@ -60,7 +67,34 @@ void X86GemmQuantOps::load(uint32_t dst, const x86::Mem& src) {
 void X86GemmQuantOps::emit_qd8_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
   if (key_.dot) return dot_step(body, set, x_disp, b_disp);
   if (key_.quant == GemmQuant::kQd8Qc4w) return int4_byte_step(body, set, x_disp, b_disp);
+  if (sign_step_) return sign_step(body, set, x_disp, b_disp);
   widen_step(body, set, x_disp, b_disp);
+}
+
+// int8 codes on AVX2 by sign (gemm_x86_sign_step): per row the 4 input bytes broadcast, q = u ^
+// 0x80 and |q|; per vector vpsignb, vpmaddubsw (pair sums <= 2 * 128 * 127 = 32512: exact),
+// vpmaddwd by ones, vpaddd. Half the multiplies of widen_step, which on hosts with one integer
+// multiply pipe (Zen 1) is the limit. acc = sum q * code; dequantize corrects with z = x_zero - 128.
+void X86GemmQuantOps::sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
+  for (int64_t j = 0; j < nv_; ++j)
+    load(body.weights[size_t(j)], x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes)));
+  const x86::Mem bias = vector_constant(kCodeBias), ones = vector_constant(kOneWords);
+  const int64_t groups = std::max<int64_t>(1, int64_t(body.temps.size()) / 3);
+  for (int64_t i = 0; i < mr_; ++i) {
+    const int64_t g = i % groups;
+    const x86::Vec q = vec(body.temps[size_t(3 * g)]), mag = vec(body.temps[size_t(3 * g + 1)]);
+    const x86::Vec prod = vec(body.temps[size_t(3 * g + 2)]);
+    a_.vpbroadcastd(q, dword(body.x_row(i, x_disp)));
+    a_.vpxor(q, q, bias);
+    a_.vpabsb(mag, q);  // 128 for q = -128, read as unsigned
+    for (int64_t j = 0; j < nv_; ++j) {
+      const x86::Vec acc = vec(body.acc(set, i, j));
+      a_.vpsignb(prod, vec(body.weights[size_t(j)]), q);  // codes are in [-127, 127]: no overflow
+      a_.vpmaddubsw(prod, mag, prod);
+      a_.vpmaddwd(prod, prod, ones);
+      a_.vpaddd(acc, acc, prod);
+    }
+  }
 }
 
 // int4 codes without VNNI: vpmaddubsw is exact here, unlike for int8 codes: each of its pair sums
@@ -212,6 +246,7 @@ void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_di
   for (int64_t i = 0; i < mr_; ++i) {
     if (qd8) {
       a_.vpbroadcastd(zero_point, x86::dword_ptr(gp0, int32_t(i * 4)));
+      if (sign_step_) a_.vpsubd(zero_point, zero_point, vector_constant(kZeroBias));
       a_.vbroadcastss(x_scale, x86::dword_ptr(gp1, int32_t(i * 4)));
     }
     for (int64_t j = 0; j < nv_; ++j) {

@@ -5,9 +5,14 @@
 // stores) is the GEMM skeleton's (jit/gemm_skeleton.hpp), so those are written once; the x86
 // back end (jit/x86/gemm_emitter_quant.cpp) lends these primitives its registers.
 //
-// qd8-qc8w never uses vpmaddubsw: its u8 x s8 pair sums saturate at 16 bits (255 * 127 * 2
-// does not fit), and the contract's int32 accumulator is exact. Instead:
-//   - widening (AVX2, AVX-512BW): each column's 4 codes sit in one dword of the panel; shifting
+// qd8-qc8w never feeds vpmaddubsw the biased input u: its u8 x s8 pair sums saturate at 16 bits
+// (255 * 127 * 2 does not fit), and the contract's int32 accumulator is exact. Instead:
+//   - by sign (AVX2, gemm_x86_sign_step): the signed code q = u - 128 has |q| <= 128, a u8, and
+//     sign(q) * code stays in [-127, 127] (codes never reach -128), so vpmaddubsw(|q|,
+//     vpsignb(code, q)) has pair sums <= 2 * 128 * 127 = 32512: exact; vpmaddwd by ones adds the
+//     pairs into the column's dword. Two multiplies per 32 products where widening takes four;
+//     acc = sum q * code, corrected with z = x_zero - 128. (vpsignb has no 512-bit form.)
+//   - widening (AVX-512BW): each column's 4 codes sit in one dword of the panel; shifting
 //     words left then arithmetically right sign-extends the even and the odd bytes to 16 bits
 //     in place, the input's 4 bytes are split into words the same way, and vpmaddwd of the even
 //     halves plus vpmaddwd of the odd halves gives the column's 4-term dot product in its own
@@ -18,7 +23,8 @@
 //   - `dot` (AVX-512 VNNI): vpdpbusd takes the biased u8 input and the s8 codes as they are.
 //     int4 codes are used as 16 x code (the nibble moved to the top of its byte), and the sum is
 //     shifted right by 4 at the end: exact, since |sum| <= 65536 * 255 * 8 < 2^27.
-// Either way acc = sum u * code, then acc - x_zero[r] * colsum[c] (the contract's correction).
+// Then acc = sum u * code, and acc - x_zero[r] * colsum[c] (the contract's correction), or by
+// sign sum q * code - (x_zero[r] - 128) * colsum[c]: the same integer.
 #pragma once
 
 #include <asmjit/x86.h>
@@ -77,6 +83,7 @@ class X86GemmQuantOps {
   asmjit::x86::Vec vec(uint32_t id) const;
   asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
   void load(uint32_t dst, const asmjit::x86::Mem& src);
+  void sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
   void widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
   void dot_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
   void int4_byte_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
@@ -85,6 +92,7 @@ class X86GemmQuantOps {
   X86VecTraits t_;
   asmjit::x86::Assembler& a_;
   int64_t nv_, mr_;
+  bool sign_step_;  // gemm_x86_sign_step: qd8-qc8w products by sign, acc = sum q * code
   asmjit::Label pool_;
   std::vector<uint32_t> pool_dwords_;
 };
