@@ -3,6 +3,7 @@
 #include "jit/x86/gemm_quant_ops.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <string>
 
@@ -51,6 +52,16 @@ x86::Vec X86GemmQuantOps::vec(uint32_t id) const {
   return t_.avx512 ? x86::Vec(x86::zmm(id)) : x86::Vec(x86::ymm(id));
 }
 
+// Row i's N temporaries: consecutive rows take the body's temporaries in turn, N at a time, so
+// one row's products can overlap the next row's broadcasts.
+template <size_t N>
+std::array<x86::Vec, N> X86GemmQuantOps::row_temps(const X86QuantBody& body, int64_t i) const {
+  const size_t groups = std::max<size_t>(1, body.temps.size() / N), first = size_t(i) % groups * N;
+  std::array<x86::Vec, N> regs;
+  for (size_t r = 0; r < N; ++r) regs[r] = vec(body.temps[first + r]);
+  return regs;
+}
+
 x86::Mem X86GemmQuantOps::vector_constant(uint32_t dword) {
   auto it = std::find(pool_dwords_.begin(), pool_dwords_.end(), dword);
   const size_t index = size_t(it - pool_dwords_.begin());
@@ -79,11 +90,8 @@ void X86GemmQuantOps::sign_step(const X86QuantBody& body, int64_t set, int32_t x
   for (int64_t j = 0; j < nv_; ++j)
     load(body.weights[size_t(j)], x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes)));
   const x86::Mem bias = vector_constant(kCodeBias), ones = vector_constant(kOneWords);
-  const int64_t groups = std::max<int64_t>(1, int64_t(body.temps.size()) / 3);
   for (int64_t i = 0; i < mr_; ++i) {
-    const int64_t g = i % groups;
-    const x86::Vec q = vec(body.temps[size_t(3 * g)]), mag = vec(body.temps[size_t(3 * g + 1)]);
-    const x86::Vec prod = vec(body.temps[size_t(3 * g + 2)]);
+    const auto [q, mag, prod] = row_temps<3>(body, i);
     a_.vpbroadcastd(q, dword(body.x_row(i, x_disp)));
     a_.vpxor(q, q, bias);
     a_.vpabsb(mag, q);  // 128 for q = -128, read as unsigned
@@ -123,11 +131,8 @@ void X86GemmQuantOps::int4_byte_step(const X86QuantBody& body, int64_t set, int3
     a_.vpsubb(lo, lo, sign);
     a_.vpsubb(hi, hi, sign);
   }
-  const int64_t groups = std::max<int64_t>(1, int64_t(body.temps.size()) / 4);
   for (int64_t i = 0; i < mr_; ++i) {
-    const int64_t g = i % groups;
-    const x86::Vec u0 = vec(body.temps[size_t(4 * g)]), u1 = vec(body.temps[size_t(4 * g + 1)]);
-    const x86::Vec p0 = vec(body.temps[size_t(4 * g + 2)]), p1 = vec(body.temps[size_t(4 * g + 3)]);
+    const auto [u0, u1, p0, p1] = row_temps<4>(body, i);
     a_.vpbroadcastd(u0, dword(body.x_row(i, x_disp)));      // u of codes 8g .. 8g+3 (low nibbles)
     a_.vpbroadcastd(u1, dword(body.x_row(i, x_disp + 4)));  // and of 8g+4 .. 8g+7 (high nibbles)
     for (int64_t j = 0; j < nv_; ++j) {
@@ -154,11 +159,8 @@ void X86GemmQuantOps::widen_step(const X86QuantBody& body, int64_t set, int32_t 
   // Per row: the 4 input bytes broadcast, split into the words (u0, u2) and (u1, u3) (zero-
   // extended: u is unsigned), then two vpmaddwd per vector, each pair sum <= 2 * 255 * 128.
   const x86::Mem mask = vector_constant(kLowBytesOfWords);
-  const int64_t groups = std::max<int64_t>(1, int64_t(body.temps.size()) / 3);
   for (int64_t i = 0; i < mr_; ++i) {
-    const int64_t g = i % groups;
-    const x86::Vec ue = vec(body.temps[size_t(3 * g)]), uo = vec(body.temps[size_t(3 * g + 1)]);
-    const x86::Vec prod = vec(body.temps[size_t(3 * g + 2)]);
+    const auto [ue, uo, prod] = row_temps<3>(body, i);
     a_.vpbroadcastd(ue, dword(body.x_row(i, x_disp)));
     a_.vpsrlw(uo, ue, imm(8));
     if (t_.avx512) a_.vpandd(ue, ue, mask);

@@ -29,6 +29,8 @@
 
 #include <asmjit/x86.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -81,6 +83,8 @@ class X86GemmQuantOps {
 
  private:
   asmjit::x86::Vec vec(uint32_t id) const;
+  template <size_t N>
+  std::array<asmjit::x86::Vec, N> row_temps(const X86QuantBody& body, int64_t row) const;
   asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
   void load(uint32_t dst, const asmjit::x86::Mem& src);
   void sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);

@@ -127,12 +127,16 @@ __attribute__((target("avx2"))) bool quantize_row_avx2(const float* x, int64_t k
     lo8 = _mm256_min_ps(v, lo8);
     hi8 = _mm256_max_ps(v, hi8);
   }
-  float lanes_lo[8], lanes_hi[8];
-  _mm256_storeu_ps(lanes_lo, lo8);
-  _mm256_storeu_ps(lanes_hi, hi8);
-  float lo = 0.0f, hi = 0.0f;
+  // Lanes folded in registers (min and max of finite values are exact in any order; a signed
+  // zero's sign never reaches the parameters: lo and hi only enter as hi - lo and lo / s).
+  __m128 lo4 = _mm_min_ps(_mm256_castps256_ps128(lo8), _mm256_extractf128_ps(lo8, 1));
+  __m128 hi4 = _mm_max_ps(_mm256_castps256_ps128(hi8), _mm256_extractf128_ps(hi8, 1));
+  lo4 = _mm_min_ps(lo4, _mm_movehl_ps(lo4, lo4));
+  hi4 = _mm_max_ps(hi4, _mm_movehl_ps(hi4, hi4));
+  lo4 = _mm_min_ss(lo4, _mm_movehdup_ps(lo4));
+  hi4 = _mm_max_ss(hi4, _mm_movehdup_ps(hi4));
+  float lo = _mm_cvtss_f32(lo4), hi = _mm_cvtss_f32(hi4);
   bool finite = _mm256_movemask_ps(bad8) == 0;
-  for (int j = 0; j < 8; ++j) lo = std::min(lo, lanes_lo[j]), hi = std::max(hi, lanes_hi[j]);
   for (int64_t i = k8; i < k; ++i) {
     finite &= std::isfinite(x[i]);
     lo = std::min(lo, x[i]);
@@ -149,8 +153,10 @@ __attribute__((target("avx2"))) bool quantize_row_avx2(const float* x, int64_t k
     const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(c32), _mm256_extracti128_si256(c32, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(u + i), _mm_packus_epi16(c16, c16));
   }
-  for (int64_t i = k8; i < k; ++i) u[i] = code(x[i], s, z);
-  std::memset(u + k, 0, size_t(quantized_row_bytes(k) - k));
+  if (k8 < k) {  // the last 8 bytes: codes, then the zero padding up to quantized_row_bytes(k)
+    std::memset(u + k8, 0, 8);
+    for (int64_t i = k8; i < k; ++i) u[i] = code(x[i], s, z);
+  }
   *scale = s;
   *zero = int32_t(z) + 128;
   return true;
