@@ -51,12 +51,16 @@ constexpr bool gemm_quantized_input(GemmQuant q) { return q == GemmQuant::kQd8Qc
 /// True for the forms with int4 weight codes.
 constexpr bool gemm_int4_weights(GemmQuant q) { return q == GemmQuant::kQd8Qc4w || q == GemmQuant::kF32Qc4w; }
 
-/// x86 qd8-qc8w without VNNI on AVX2: the signed codes q = u - 128 enter vpmaddubsw as |q|
-/// (unsigned, <= 128) times sign(q) * code (vpsignb, in [-127, 127]), exact in 16 bits
+/// x86 qd8-qc8w without VNNI on AVX2: the signed codes q enter vpmaddubsw as |q| (unsigned,
+/// <= 128) times sign(q) * code (vpsignb, in [-127, 127]), exact in 16 bits
 /// (jit/x86/gemm_quant_ops.hpp). AVX-512BW has no vpsignb: it widens to 16 bits instead.
 constexpr bool gemm_x86_sign_step(Isa isa, GemmQuant quant, bool dot) {
   return isa == Isa::kAvx2 && quant == GemmQuant::kQd8Qc8w && !dot;
 }
+
+/// True for the qd8 kernels that read X as the signed codes q (int8) rather than u = q + 128:
+/// the sign step, which needs q and |q| and never u (GemmKernelArgs::a).
+constexpr bool gemm_signed_input(Isa isa, GemmQuant quant, bool dot) { return gemm_x86_sign_step(isa, quant, dot); }
 
 /// x86: the vector registers one k step of a kernel holds besides its accumulators.
 struct GemmStepRegisters {
@@ -213,7 +217,8 @@ struct GemmKernelArgs {
   // Appended for the qd8 forms (ignored by the others): per row r of the block,
   //   acc[r, c] = sum over kk < kp of u[r, kk] * code[c, kk]  -  x_zero[r] * colsum[c]
   // (exact in int32), with `a` pointing at u8 codes u = q + 128 (each row readable to kp bytes,
-  // `lda` bytes apart) and x_zero[r] = z[r] + 128, the row's zero point in the same biased form;
+  // `lda` bytes apart; gemm_signed_input kernels: at the int8 codes q = u - 128 instead, any
+  // byte past k with a zero code) and x_zero[r] = z[r] + 128, the row's zero point biased;
   // then y = float(acc) * (x_scale[r] * wscale[c]) + bias[c], each product and the sum rounded
   // to f32 on its own (no fused multiply-add), then the activation and the scale.
   const float* x_scale;    ///< per-row scales of rows row0 .. row0 + mr - 1

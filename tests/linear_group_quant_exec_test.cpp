@@ -145,7 +145,7 @@ TEST_CASE("quantized linear: the packed qd8 run path hands kernels the contract'
         shapejit::rt::set_engine_threads(threads);
         shapejit::rt::LinearExecOptions options;
         if (threads > 1) options.inline_flops = 0;  // the blocked, parallel path
-        shapejit::rt::run_packed_group(g, io, options, shapejit::rt::quantize_run_inputs(io));
+        shapejit::rt::run_packed_group(g, io, options, shapejit::rt::quantize_run_inputs(io, g.signed_input));
         shapejit::rt::set_engine_threads(0);
         for (int p = 0; p < 2; ++p) {
           shapejit::ref::QuantPartView v;

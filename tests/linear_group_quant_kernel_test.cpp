@@ -220,9 +220,15 @@ std::string run_and_check(Problem& p, asmjit::JitRuntime& rt) {
   const int64_t row_bytes = p.qd8() ? kp : k * 4;
   PageEndArray<std::byte> xmem(size_t((mr - 1) * p.lda + row_bytes));
   std::memset(xmem.data(), 0xEE, xmem.size());  // garbage between rows
+  // Kernels that read the codes signed (gemm_signed_input) get q = u - 128: the top bit flipped.
+  const std::byte flip{uint8_t(shapejit::jit::gemm_signed_input(key.isa, key.quant, key.dot) ? 0x80 : 0)};
   for (int64_t r = 0; r < mr; ++r) {
-    if (p.qd8()) std::memcpy(xmem.data() + r * p.lda, &p.u[size_t(r * kp)], size_t(kp));
-    else std::memcpy(xmem.data() + r * p.lda, &p.x[size_t(r * k)], size_t(k * 4));
+    if (p.qd8()) {
+      std::memcpy(xmem.data() + r * p.lda, &p.u[size_t(r * kp)], size_t(kp));
+      for (int64_t c = 0; c < kp; ++c) xmem.data()[r * p.lda + c] ^= flip;
+    } else {
+      std::memcpy(xmem.data() + r * p.lda, &p.x[size_t(r * k)], size_t(k * 4));
+    }
   }
   PageEndArray<float> xs(static_cast<size_t>(mr));
   PageEndArray<std::byte> xz(size_t(mr * 4));

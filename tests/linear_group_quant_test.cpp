@@ -470,6 +470,15 @@ TEST_CASE("quantized linear: parts sharing an input share one quantization per r
   CHECK(q[3].u != q[0].u);
   CHECK(std::memcmp(q[0].u, q[2].u, size_t(6 * q[0].ldu)) == 0);
   CHECK(q[0].ldu == 16);
+  CHECK_FALSE(q[0].signed_codes);
+  // Signed (for kernels that read q, jit::gemm_signed_input): each code's top bit flipped, the
+  // padding still zero.
+  const std::vector<uint8_t> biased(q[0].u, q[0].u + 6 * q[0].ldu);
+  const auto s = shapejit::rt::quantize_run_inputs(std::span(io, 1), true);
+  REQUIRE(s[0].signed_codes);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t c = 0; c < s[0].ldu; ++c)
+      CHECK(int(s[0].u[r * s[0].ldu + c]) == (c < 10 ? biased[size_t(r * 16 + c)] ^ 0x80 : 0));
 }
 
 TEST_CASE("quantized linear: a group without a generator for its form runs the reference, counted") {

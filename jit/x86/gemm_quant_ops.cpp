@@ -20,7 +20,6 @@ constexpr uint32_t kHighNibbles = 0xF0F0F0F0u;      // the top nibble of every b
 constexpr uint32_t kLowNibbles = 0x0F0F0F0Fu;       // the low nibble of every byte
 constexpr uint32_t kNibbleSign = 0x08080808u;       // (n ^ 8) - 8 sign-extends a nibble n
 constexpr uint32_t kOneWords = 0x00010001u;         // vpmaddwd by ones: adds word pairs
-constexpr uint32_t kCodeBias = 0x80808080u;         // u ^ 0x80 = u - 128 = q, per byte
 constexpr uint32_t kZeroBias = 128;                 // x_zero - 128 = z, per dword
 
 x86::Mem dword(x86::Mem m) {
@@ -82,18 +81,18 @@ void X86GemmQuantOps::emit_qd8_step(const X86QuantBody& body, int64_t set, int32
   widen_step(body, set, x_disp, b_disp);
 }
 
-// int8 codes on AVX2 by sign (gemm_x86_sign_step): per row the 4 input bytes broadcast, q = u ^
-// 0x80 and |q|; per vector vpsignb, vpmaddubsw (pair sums <= 2 * 128 * 127 = 32512: exact),
-// vpmaddwd by ones, vpaddd. Half the multiplies of widen_step, which on hosts with one integer
-// multiply pipe (Zen 1) is the limit. acc = sum q * code; dequantize corrects with z = x_zero - 128.
+// int8 codes on AVX2 by sign (gemm_x86_sign_step): per row the 4 signed input codes q broadcast
+// (gemm_signed_input: the runtime writes q, not u, which saves a vpxor per row and group) and
+// |q|; per vector vpsignb, vpmaddubsw (pair sums <= 2 * 128 * 127 = 32512: exact), vpmaddwd by
+// ones, vpaddd. Half the multiplies of widen_step, which on hosts with one integer-multiply pipe
+// (Zen 1) is the limit. acc = sum q * code; dequantize corrects with z = x_zero - 128.
 void X86GemmQuantOps::sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp) {
   for (int64_t j = 0; j < nv_; ++j)
     load(body.weights[size_t(j)], x86::ptr(body.panel, b_disp + int32_t(j * t_.bytes)));
-  const x86::Mem bias = vector_constant(kCodeBias), ones = vector_constant(kOneWords);
+  const x86::Mem ones = vector_constant(kOneWords);
   for (int64_t i = 0; i < mr_; ++i) {
     const auto [q, mag, prod] = row_temps<3>(body, i);
     a_.vpbroadcastd(q, dword(body.x_row(i, x_disp)));
-    a_.vpxor(q, q, bias);
     a_.vpabsb(mag, q);  // 128 for q = -128, read as unsigned
     for (int64_t j = 0; j < nv_; ++j) {
       const x86::Vec acc = vec(body.acc(set, i, j));

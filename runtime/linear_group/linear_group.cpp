@@ -180,7 +180,7 @@ void run_linear_group(const shapejit_linear_group& group, const shapejit_linear_
   // qd8: every distinct input quantized once, before any output is written (a non-finite row
   // throws here), for the kernels and the reference alike.
   std::span<const QuantizedInput> quantized;
-  if (linear_quantized_input(group.plan.quant)) quantized = quantize_run_inputs(ios);
+  if (linear_quantized_input(group.plan.quant)) quantized = quantize_run_inputs(ios, group.packed.signed_input);
   if (!group.packed.parts.empty()) {
     run_packed_group(group.packed, ios, {}, quantized);
     return;

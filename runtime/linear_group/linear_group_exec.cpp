@@ -423,6 +423,11 @@ void run_packed_group(const PackedGroup& g, std::span<const Io> io, const Linear
     throw Error(Status::kInternalError, "run_packed_group: " + std::to_string(io.size()) + " io entries and " +
                                             std::to_string(quantized.size()) + " quantized inputs for " +
                                             std::to_string(g.parts.size()) + " parts");
+  for (const QuantizedInput& q : quantized)
+    if (q.u && q.signed_codes != g.signed_input)
+      throw Error(Status::kInternalError, "run_packed_group: the quantized inputs' codes are " +
+                                              std::string(q.signed_codes ? "signed" : "biased") +
+                                              ", the kernels read them " + (g.signed_input ? "signed" : "biased"));
   double flops = 0;
   for (size_t i = 0; i < io.size(); ++i)
     flops += 2.0 * double(io[i].m) * double(g.parts[i].n) * double(g.parts[i].k);

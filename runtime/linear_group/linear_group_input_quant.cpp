@@ -54,23 +54,29 @@ bool same_input(const Io& a, const Io& b) { return a.x == b.x && a.m == b.m && a
                   ": its max - min overflows float32 (a qd8 form's row range must be finite)");
 }
 
-// Quantizes rows [r0, r1) of one input; returns the first bad row, or r1.
-int64_t quantize_rows(const Io& io, int64_t r0, int64_t r1, uint8_t* u, int64_t ldu, float* scale, int32_t* zero) {
-  for (int64_t r = r0; r < r1; ++r)
-    if (!quantize_input_row(io.x + r * io.ldx, io.k, u + r * ldu, scale + r, zero + r)) return r;
+// Quantizes rows [r0, r1) of one input (`signed_codes`: q, the biased codes' top bit flipped);
+// returns the first bad row, or r1.
+int64_t quantize_rows(const Io& io, int64_t r0, int64_t r1, uint8_t* u, int64_t ldu, float* scale, int32_t* zero,
+                      bool signed_codes) {
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* row = u + r * ldu;
+    if (!quantize_input_row(io.x + r * io.ldx, io.k, row, scale + r, zero + r)) return r;
+    if (signed_codes)
+      for (int64_t c = 0; c < io.k; ++c) row[c] ^= 0x80;
+  }
   return r1;
 }
 
 // All rows of one input, on the engine arena when it is large; the first bad row, or m.
-int64_t quantize_input(const Io& io, uint8_t* u, int64_t ldu, float* scale, int32_t* zero) {
+int64_t quantize_input(const Io& io, uint8_t* u, int64_t ldu, float* scale, int32_t* zero, bool signed_codes) {
   const int64_t tasks = (io.m + kRowsPerTask - 1) / kRowsPerTask;
   if (io.m * io.k < kParallelElements || engine_threads() <= 1 || tasks <= 1)
-    return quantize_rows(io, 0, io.m, u, ldu, scale, zero);
+    return quantize_rows(io, 0, io.m, u, ldu, scale, zero, signed_codes);
   std::atomic<int64_t> first_bad{io.m};
   EngineTasks run(static_cast<size_t>(tasks));
   run.run([&](size_t t) {
     const int64_t r0 = int64_t(t) * kRowsPerTask, r1 = std::min(io.m, r0 + kRowsPerTask);
-    const int64_t bad = quantize_rows(io, r0, r1, u, ldu, scale, zero);
+    const int64_t bad = quantize_rows(io, r0, r1, u, ldu, scale, zero, signed_codes);
     if (bad == r1) return;
     int64_t seen = first_bad.load(std::memory_order_relaxed);
     while (bad < seen && !first_bad.compare_exchange_weak(seen, bad, std::memory_order_relaxed)) {
@@ -174,7 +180,7 @@ bool quantize_input_row(const float* x, int64_t k, uint8_t* u, float* scale, int
   return quantize_row_scalar(x, k, u, scale, zero);
 }
 
-std::span<const QuantizedInput> quantize_run_inputs(std::span<const Io> io) {
+std::span<const QuantizedInput> quantize_run_inputs(std::span<const Io> io, bool signed_codes) {
   InputQuantScratch& s = t_input_scratch;
   const size_t n = io.size();
   s.parts.assign(n, QuantizedInput{});
@@ -201,10 +207,11 @@ std::span<const QuantizedInput> quantize_run_inputs(std::span<const Io> io) {
     QuantizedInput& qi = s.parts[p];
     qi.u = s.codes.data() + at[p].first;
     qi.ldu = quantized_row_bytes(io[p].k);
+    qi.signed_codes = signed_codes;
     qi.scale = s.scales.data() + at[p].second;
     qi.zero = s.zeros.data() + at[p].second;
     const int64_t bad = quantize_input(io[p], s.codes.data() + at[p].first, qi.ldu, s.scales.data() + at[p].second,
-                                       s.zeros.data() + at[p].second);
+                                       s.zeros.data() + at[p].second, signed_codes);
     if (bad < io[p].m) report_bad_row(io[p], int64_t(p), bad);
   }
   for (size_t p = 0; p < n; ++p)

@@ -234,6 +234,8 @@ PackedGroup pack_linear_group(std::span<const LinearPartPlan> parts, jit::Isa is
     offset += p.bytes();
     g.parts.push_back(p);
   }
+  const std::vector<jit::GemmKey> keys = g.keys();  // one form and dot variant for every part
+  g.signed_input = !keys.empty() && jit::gemm_signed_input(keys[0].isa, keys[0].quant, keys[0].dot);
   allocate_panels(g, offset);
   fill_panels(g, parts);
   return g;

@@ -62,6 +62,7 @@ struct AlignedFree {
 struct PackedGroup {
   jit::Isa isa = jit::Isa::kScalar;
   shapejit_linear_quant quant = SHAPEJIT_LINEAR_F32;  ///< qd8: runs take quantized inputs
+  bool signed_input = false;  ///< qd8: the kernels read the codes signed (jit::gemm_signed_input)
   std::vector<PackedPart> parts;
   std::unique_ptr<unsigned char[], AlignedFree> panels;  ///< every part's panels, 64-byte aligned
   int64_t panel_bytes = 0;
