@@ -9,9 +9,10 @@
 // (255 * 127 * 2 does not fit), and the contract's int32 accumulator is exact. Instead:
 //   - by sign (AVX2, gemm_x86_sign_step; its input is the signed codes q, gemm_signed_input):
 //     |q| <= 128 is a u8 and sign(q) * code stays in [-127, 127] (codes never reach -128), so
-//     vpmaddubsw(|q|, vpsignb(code, q)) has pair sums <= 2 * 128 * 127 = 32512: exact; vpmaddwd by ones adds the
-//     pairs into the column's dword. Two multiplies per 32 products where widening takes four;
-//     acc = sum q * code, corrected with z = x_zero - 128. (vpsignb has no 512-bit form.)
+//     vpmaddubsw(|q|, vpsignb(code, q)) has pair sums <= 2 * 128 * 127 = 32512: exact; vpmaddwd
+//     by ones adds the pairs into the column's dword. Two multiplies per 32 products where
+//     widening takes four; acc = sum q * code, corrected with z = x_zero - 128. (vpsignb has no
+//     512-bit form.)
 //   - widening (AVX-512BW): each column's 4 codes sit in one dword of the panel; shifting
 //     words left then arithmetically right sign-extends the even and the odd bytes to 16 bits
 //     in place, the input's 4 bytes are split into words the same way, and vpmaddwd of the even
