@@ -55,7 +55,7 @@ int64_t X86TableOps::temps_needed() const {
     case DType::kF32:  // AVX2 tails: the loaded columns (accumulate) and the upper part
       n = avx512_ || tail_ == 0 ? 0 : (key_.mode == Mode::kMax ? 0 : 1) + (tail_ > 4 ? 1 : 0);
       break;
-    case DType::kQ8: n = 1; break;  // the codes (max: the zero of 0 + bias)
+    case DType::kQ8:  // the codes (max: the zero of 0 + bias)
     case DType::kQ4:
     case DType::kQ2:  // column groups: the codes and one plane
       n = group_vecs() > 1 && key_.mode != Mode::kMax ? 2 : 1;
@@ -74,8 +74,9 @@ int64_t X86TableOps::temps_needed() const {
 
 // Q4: AVX-512 gather, shift and table vectors; AVX2 the shift vector, with column groups the
 // nibble mask (+ the shift vector: single_shift()). Q2: the shift vector (not with groups
-// unless single_shift()) and the table.
+// unless single_shift()) and the table. Q8 with column groups: the two byte shuffles.
 uint32_t X86TableOps::consts_needed() const {
+  if (key_.table == DType::kQ8) return group_vecs() > 1 ? 2 : 0;  // the two byte shuffles
   const uint32_t shift = group_vecs() == 1 || single_shift() ? 1 : 0;
   if (key_.table == DType::kQ4) return avx512_ ? 3 : group_vecs() > 1 ? 1 + shift : 1;
   return key_.table == DType::kQ2 ? 1 + shift : 0;
@@ -90,11 +91,16 @@ bool X86TableOps::single_shift() const {
   return key_.dim % (lanes_ * group_vecs()) != 0 && (key_.mode != Mode::kMax || vecs <= 3);
 }
 
+// Q8 groups only where they add up (sum, mean, weighted sum: 8-10 % faster on the Zen 1 AVX2
+// host); in max their two shuffle registers cost more than the loads save (4096 x 128: 5 %).
 int64_t X86TableOps::group_vecs() const {
   if (avx512_) return 1;
+  if (key_.table == DType::kQ8) return key_.mode == Mode::kMax ? 1 : 2;
   if (key_.table == DType::kQ4) return 2;
   return key_.table == DType::kQ2 ? 4 : 1;
 }
+
+bool X86TableOps::group_in_column_order() const { return key_.table == DType::kQ8; }
 
 X86TableNeeds X86TableOps::needs() const {
   const uint32_t consts = consts_needed();
@@ -180,6 +186,20 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     load_byte_constant(consts_[0], perm, false, scratch);
     load_byte_constant(consts_[1], shift, false, scratch);
     load_byte_constant(consts_[2], table, true, scratch);
+  } else if (key_.table == DType::kQ8 && group_vecs() > 1) {
+    // vpshufb picks, per 128-bit half, byte j of the half into dword lane j's low byte and
+    // zeroes the rest (0x80): with the group's 16 codes in both halves, dword lane j of the first
+    // shuffle is column j, of the second column 8 + j.
+    for (int j = 0; j < 8; ++j) perm[j] = uint8_t(j);
+    load_byte_constant(consts_[0], perm, false, scratch);
+    a_.mov(scratch.r32(), 0x80808000);
+    a_.vmovd(cnst(1).xmm(), scratch.r32());
+    a_.vpbroadcastd(cnst(1), cnst(1).xmm());
+    a_.vpor(cnst(0), cnst(0), cnst(1));  // columns 0-7
+    a_.mov(scratch.r32(), 8);
+    a_.vmovd(cnst(1).xmm(), scratch.r32());
+    a_.vpbroadcastd(cnst(1), cnst(1).xmm());
+    a_.vpaddd(cnst(1), cnst(1), cnst(0));  // columns 8-15
   } else if (key_.table == DType::kQ2) {
     // vpermps reads the low 3 (ymm) or 4 (zmm) bits of each lane: a crumb and bits of the next,
     // which the table ignores.

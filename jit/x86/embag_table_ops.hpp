@@ -68,12 +68,15 @@ class X86TableOps {
   /// Lanes >= cols are unspecified.
   void load_value(uint32_t dst, const asmjit::x86::Mem& cols_mem, int64_t cols);
 
-  /// Column groups (embag_table_ops_groups.cpp; AVX2 unweighted Q4 and Q2, every mode):
-  /// group_vecs() full vectors read as one 8-byte load (1 = no groups). Each vector
-  /// of a group holds one code position of each byte (Q4: even, odd columns; Q2: column
+  /// Column groups (embag_table_ops_groups.cpp; AVX2 Q4 and Q2 in every mode, Q8 but in max):
+  /// group_vecs() full vectors read as one load (1 = no groups): Q4 and Q2 8 bytes, each vector
+  /// of a group holding one code position of each byte (Q4: even, odd columns; Q2: column
   /// 4i + k in lane i of vector k), so the caller's registers of a group (accumulators, running
-  /// max and its ids) stay in that lane order until unpermute_group, once per bag.
+  /// max and its ids) stay in that lane order until unpermute_group, once per bag; Q8 16 bytes
+  /// shuffled into two vectors in column order (group_in_column_order).
   int64_t group_vecs() const;
+  /// The group's registers are in column order already (unpermute_group does nothing).
+  bool group_in_column_order() const;
   /// accs[k] += vector k of the group at `cols_mem`, by accumulate's rule.
   void accumulate_group(const std::vector<uint32_t>& accs, const asmjit::x86::Mem& cols_mem);
   /// dst = load_value of vector `member` of the group at `cols_mem`; members must come in

@@ -1,9 +1,12 @@
-// X86TableOps, column groups (AVX2, Q4 and Q2 in every mode, weighted or not): one
-// 8-byte load of codes feeds a group of full vectors, each holding one code position of every
-// byte: Q4 16 columns in 2 vectors (low nibbles = even columns, high nibbles = odd ones), Q2 32
-// columns in 4 (crumb k of byte i = column 4i + k). The arithmetic per lane is accumulate's and
-// load_value's (so bitwise the same); only the lane order differs until unpermute_group puts the
-// group back in column order, once per bag.
+// X86TableOps, column groups (AVX2; Q4 and Q2 in every mode, Q8 in all but max; weighted or
+// not): one load of codes feeds a group of full vectors. Q4 and Q2: 8 bytes, each vector holding
+// one code position of every byte: Q4 16 columns in 2 vectors (low nibbles = even columns, high
+// nibbles = odd ones), Q2 32 columns in 4 (crumb k of byte i = column 4i + k); only the lane
+// order differs until unpermute_group puts the group back in column order, once per bag. Q8: 16
+// bytes in both 128-bit halves, two vpshufb into 2 vectors in column order: on Zen 1 the
+// zero-extending vpmovzxbd runs at half the rate of vpshufb, and the conversion and the FMAs
+// share pipes (a hand loop of D = 64 rows: 2.0 -> 2.2 columns per cycle). The arithmetic per
+// lane is accumulate's and load_value's, so bitwise the same.
 //
 // Per 8 columns (AVX2): Q4 4.5 instructions instead of 6, Q2 4 instead of 5 (the load and its
 // shifts/masks shared by the group), plus unpermute_group per bag (Q4 4 per group, Q2 14).
@@ -23,8 +26,21 @@ using table_ops_detail::internal;
 void X86TableOps::accumulate_group(const std::vector<uint32_t>& accs, const x86::Mem& m) {
   if (group_vecs() < 2 || int64_t(accs.size()) != group_vecs()) internal("accumulate_group: not a group");
   const x86::Vec b = vec(bias_), s = vec(scale_), codes = temp(0), plane = temp(1);
-  a_.vpmovzxbd(codes, at(m, 0, 8));
+  if (key_.table == DType::kQ8) {
+    a_.vbroadcasti128(codes, at(m, 0, 16));
+    a_.vpshufb(plane, codes, cnst(1));  // columns 8-15
+    a_.vpshufb(codes, codes, cnst(0));  // columns 0-7
+  } else {
+    a_.vpmovzxbd(codes, at(m, 0, 8));
+  }
   for (uint32_t acc : accs) a_.vaddps(vec(acc), vec(acc), b);  // t = f32(acc + b), as accumulate
+  if (key_.table == DType::kQ8) {
+    a_.vcvtdq2ps(codes, codes);  // codes 0..255: exact
+    a_.vcvtdq2ps(plane, plane);
+    a_.vfmadd231ps(vec(accs[0]), codes, s);
+    a_.vfmadd231ps(vec(accs[1]), plane, s);
+    return;
+  }
   if (key_.table == DType::kQ4) {
     a_.vpsrld(plane, codes, 4);
     a_.vpand(codes, codes, cnst(0));
@@ -72,6 +88,7 @@ void X86TableOps::load_value_group(uint32_t dst_id, const x86::Mem& m, int64_t m
 }
 
 void X86TableOps::unpermute_group(const std::vector<uint32_t>& regs) {
+  if (group_in_column_order()) return;
   if (temps_.size() < 2) internal("unpermute_group: needs two scratch registers");
   unpermute_group(regs, temps_[0], temps_[1]);
 }
@@ -80,6 +97,7 @@ void X86TableOps::unpermute_group(const std::vector<uint32_t>& regs) {
 // gives runs of 4 consecutive columns; vperm2f128 regroups the halves.
 void X86TableOps::unpermute_group(const std::vector<uint32_t>& regs, uint32_t s0, uint32_t s1) {
   if (group_vecs() < 2 || int64_t(regs.size()) != group_vecs()) internal("unpermute_group: not a group");
+  if (group_in_column_order()) return;
   const x86::Vec t0 = vec(s0), t1 = vec(s1), a0 = vec(regs[0]), a1 = vec(regs[1]);
   a_.vunpcklps(t0, a0, a1);  // Q4: columns 0-3 | 8-11
   a_.vunpckhps(t1, a0, a1);  //     columns 4-7 | 12-15
