@@ -8,9 +8,10 @@
 //   Q4 6 (AVX2: broadcast, shift the nibble to the top and back, convert; AVX-512: gather the
 //   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), Q8 4 (zero-extend,
 //   convert), each + add + fma (B4 is one f32 add and one f32 fma, weighted or not).
-// AVX2 Q4/Q2 read whole groups of vectors per load instead (column groups,
-// embag_table_ops_groups.cpp: Q4 4.5, Q2 4 per vector); vectors outside a group take the counts
-// above, or without the shift vector (single_shift()) Q4 8 and Q2 10.
+// AVX2 Q4/Q2 (and Q8 but in max) read whole groups of vectors per load instead (column groups,
+// embag_table_ops_groups.cpp: Q4 4.5, Q2 4, Q8 4.5 per vector, Q8's shuffles twice as fast as its
+// zero-extension); vectors outside a group take the counts above, or without the shift vector
+// (single_shift()) Q4 8 and Q2 10.
 #include "jit/x86/embag_table_ops.hpp"
 #include "jit/x86/embag_table_ops_detail.hpp"
 
