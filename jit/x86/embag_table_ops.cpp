@@ -3,8 +3,8 @@
 // must equal bitwise are ref/table_rows.hpp's (quantized_step, dequantized_value).
 //
 // Instructions per vector of columns (AVX2: 8, AVX-512: 16), row setup excluded:
-//   f32 1 (add/fma with a memory operand), f16 2 (vcvtph2ps), bf16 3 (zero-extend, shift; 4
-//   weighted: multiply, then add),
+//   f32 1 (add/fma with a memory operand), f16 2 (vcvtph2ps), bf16 3 (AVX2: broadcast, shuffle;
+//   AVX-512: zero-extend, shift; 4 weighted: multiply, then add),
 //   Q4 6 (AVX2: broadcast, shift the nibble to the top and back, convert; AVX-512: gather the
 //   code dwords, shift, table lookup vpermps), Q2 5 (broadcast, shift, vpermps), Q8 4 (zero-extend,
 //   convert), each + add + fma (B4 is one f32 add and one f32 fma, weighted or not).
@@ -75,9 +75,11 @@ int64_t X86TableOps::temps_needed() const {
 
 // Q4: AVX-512 gather, shift and table vectors; AVX2 the shift vector, with column groups the
 // nibble mask (+ the shift vector: single_shift()). Q2: the shift vector (not with groups
-// unless single_shift()) and the table. Q8 with column groups: the two byte shuffles.
+// unless single_shift()) and the table. Q8 with column groups: the two byte shuffles. AVX2 BF16:
+// the byte shuffle that widens 8 elements to f32.
 uint32_t X86TableOps::consts_needed() const {
   if (key_.table == DType::kQ8) return group_vecs() > 1 ? 2 : 0;  // the two byte shuffles
+  if (key_.table == DType::kBF16) return avx512_ ? 0 : 1;        // the bf16 -> f32 byte shuffle
   const uint32_t shift = group_vecs() == 1 || single_shift() ? 1 : 0;
   if (key_.table == DType::kQ4) return avx512_ ? 3 : group_vecs() > 1 ? 1 + shift : 1;
   return key_.table == DType::kQ2 ? 1 + shift : 0;
@@ -201,6 +203,18 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     a_.vmovd(cnst(1).xmm(), scratch.r32());
     a_.vpbroadcastd(cnst(1), cnst(1).xmm());
     a_.vpaddd(cnst(1), cnst(1), cnst(0));  // columns 8-15
+  } else if (key_.table == DType::kBF16 && !avx512_) {
+    // vpshufb, per 128-bit half: dword lane j = bytes 2j, 2j + 1 of the half (bf16 element j of
+    // the 8 broadcast to both halves) in its top half, zeros (0x80) below: 0x01008080 + j * 0x02020000.
+    for (int j = 0; j < 8; ++j) perm[j] = uint8_t(j);
+    load_byte_constant(consts_[0], perm, false, scratch);
+    a_.vpslld(temp(0), cnst(0), 17);
+    a_.vpslld(cnst(0), cnst(0), 25);
+    a_.vpaddd(cnst(0), cnst(0), temp(0));
+    a_.mov(scratch.r32(), 0x01008080);
+    a_.vmovd(temp(0).xmm(), scratch.r32());
+    a_.vpbroadcastd(temp(0), temp(0).xmm());
+    a_.vpaddd(cnst(0), cnst(0), temp(0));
   } else if (key_.table == DType::kQ2) {
     // vpermps reads the low 3 (ymm) or 4 (zmm) bits of each lane: a crumb and bits of the next,
     // which the table ignores.
@@ -307,6 +321,11 @@ void X86TableOps::load_float_cols(const x86::Vec& dst, const x86::Mem& m, int64_
       a_.vcvtph2ps(dst, dst.half());
       return;
     case DType::kBF16:
+      if (whole && !avx512_) {  // a shuffle: on Zen 1 the zero-extension and the shift each run at half its rate
+        a_.vbroadcasti128(dst, at(m, 0, 16));
+        a_.vpshufb(dst, dst, cnst(0));
+        return;
+      }
       if (whole) {
         a_.vpmovzxwd(dst, at(m, 0, vbytes / 2));
       } else {
