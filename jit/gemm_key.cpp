@@ -106,7 +106,8 @@ int gemm_stream_split(const GemmKey& key) {
   // keep one stream.
   if (key.quant != GemmQuant::kF32) return 1;
   const int tile = key.mr * key.nv();
-  int split = std::min(isa_traits(key.isa).gemm_stream_split, gemm_accumulator_budget(key.isa, key.nv(), key.quant, key.dot) / std::max(tile, 1));
+  const int sets_that_fit = gemm_accumulator_budget(key.isa, key.nv(), key.quant, key.dot) / std::max(tile, 1);
+  int split = std::min(isa_traits(key.isa).gemm_stream_split, sets_that_fit);
   split = int(std::min<int64_t>(split, key.k / kMinSpanK));
   return split >= 2 ? split : 1;
 }

@@ -44,8 +44,9 @@ struct GemmXOperand {
 ///
 /// Arithmetic order (fixed here, every ISA): each output is one chain of FMAs in ascending k
 /// per set (k step i goes to set i % sets(); with key.k_split set s takes span s of K and the
-/// last set the k past the spans), the sets added in ascending order after the loop; relu is max(+0, x) keeping NaN; the recipes' operations each round on their own; the
-/// scale multiplies last. So a result depends on the key only, never on the thread split.
+/// last set the k past the spans), the sets added in ascending order after the loop; relu is
+/// max(+0, x) keeping NaN; the recipes' operations each round on their own; the scale
+/// multiplies last. So a result depends on the key only, never on the thread split.
 ///
 /// How a form plugs in (GemmKey::quant; docs/quantized-linear-semantics.md):
 ///  - the k step: kF32 runs emit_f32_k_step (load_x, load_weight_row, broadcast_x, fma); any

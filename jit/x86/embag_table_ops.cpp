@@ -174,14 +174,18 @@ void X86TableOps::load_byte_constant(uint32_t id, const uint8_t* bytes, bool to_
   if (to_float) a_.vcvtdq2ps(v, v);
 }
 
+// Every dword lane of v = value.
+void X86TableOps::broadcast_dword(const x86::Vec& v, uint32_t value, const x86::Gp& scratch) {
+  a_.mov(scratch.r32(), value);
+  a_.vmovd(v.xmm(), scratch.r32());
+  a_.vpbroadcastd(v, v.xmm());
+}
+
 void X86TableOps::setup(const x86::Gp& scratch) {
   uint8_t shift[16], table[16], perm[16];
   if (key_.table == DType::kQ4 && !avx512_) {
-    if (group_vecs() > 1) {  // the nibble mask, also for a byte or'ed with a copy (load_q4_single)
-      a_.mov(scratch.r32(), 0x000F000F);
-      a_.vmovd(cnst(0).xmm(), scratch.r32());
-      a_.vpbroadcastd(cnst(0), cnst(0).xmm());
-    }
+    // The nibble mask, also for a byte or'ed with a copy (load_q4_single).
+    if (group_vecs() > 1) broadcast_dword(cnst(0), 0x000F000F, scratch);
     for (int j = 0; j < 8; ++j) shift[j] = uint8_t(28 - 4 * j);  // nibble j to the top bits
     if (group_vecs() == 1 || single_shift()) load_byte_constant(consts_.back(), shift, false, scratch);
   } else if (key_.table == DType::kQ4) {
@@ -195,25 +199,20 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     // shuffle is column j, of the second column 8 + j.
     for (int j = 0; j < 8; ++j) perm[j] = uint8_t(j);
     load_byte_constant(consts_[0], perm, false, scratch);
-    a_.mov(scratch.r32(), 0x80808000);
-    a_.vmovd(cnst(1).xmm(), scratch.r32());
-    a_.vpbroadcastd(cnst(1), cnst(1).xmm());
+    broadcast_dword(cnst(1), 0x80808000, scratch);
     a_.vpor(cnst(0), cnst(0), cnst(1));  // columns 0-7
-    a_.mov(scratch.r32(), 8);
-    a_.vmovd(cnst(1).xmm(), scratch.r32());
-    a_.vpbroadcastd(cnst(1), cnst(1).xmm());
+    broadcast_dword(cnst(1), 8, scratch);
     a_.vpaddd(cnst(1), cnst(1), cnst(0));  // columns 8-15
   } else if (key_.table == DType::kBF16 && !avx512_) {
     // vpshufb, per 128-bit half: dword lane j = bytes 2j, 2j + 1 of the half (bf16 element j of
-    // the 8 broadcast to both halves) in its top half, zeros (0x80) below: 0x01008080 + j * 0x02020000.
+    // the 8 broadcast to both halves) in its top half, zeros (0x80) below:
+    // 0x01008080 + j * 0x02020000.
     for (int j = 0; j < 8; ++j) perm[j] = uint8_t(j);
     load_byte_constant(consts_[0], perm, false, scratch);
     a_.vpslld(temp(0), cnst(0), 17);
     a_.vpslld(cnst(0), cnst(0), 25);
     a_.vpaddd(cnst(0), cnst(0), temp(0));
-    a_.mov(scratch.r32(), 0x01008080);
-    a_.vmovd(temp(0).xmm(), scratch.r32());
-    a_.vpbroadcastd(temp(0), temp(0).xmm());
+    broadcast_dword(temp(0), 0x01008080, scratch);
     a_.vpaddd(cnst(0), cnst(0), temp(0));
   } else if (key_.table == DType::kQ2) {
     // vpermps reads the low 3 (ymm) or 4 (zmm) bits of each lane: a crumb and bits of the next,

@@ -111,6 +111,7 @@ class X86TableOps {
 
   // Loads (embag_table_ops.cpp).
   void load_byte_constant(uint32_t id, const uint8_t* bytes, bool to_float, const asmjit::x86::Gp& scratch);
+  void broadcast_dword(const asmjit::x86::Vec& v, uint32_t value, const asmjit::x86::Gp& scratch);
   void broadcast_weight(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m);
   void load_float_cols(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);
   void load_codes(const asmjit::x86::Vec& dst, const asmjit::x86::Mem& m, int64_t cols);

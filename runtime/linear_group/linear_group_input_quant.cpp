@@ -54,16 +54,15 @@ bool same_input(const Io& a, const Io& b) { return a.x == b.x && a.m == b.m && a
                   ": its max - min overflows float32 (a qd8 form's row range must be finite)");
 }
 
+bool quantize_row(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero, uint8_t flip);
+
 // Quantizes rows [r0, r1) of one input (`signed_codes`: q, the biased codes' top bit flipped);
 // returns the first bad row, or r1.
 int64_t quantize_rows(const Io& io, int64_t r0, int64_t r1, uint8_t* u, int64_t ldu, float* scale, int32_t* zero,
                       bool signed_codes) {
-  for (int64_t r = r0; r < r1; ++r) {
-    uint8_t* row = u + r * ldu;
-    if (!quantize_input_row(io.x + r * io.ldx, io.k, row, scale + r, zero + r)) return r;
-    if (signed_codes)
-      for (int64_t c = 0; c < io.k; ++c) row[c] ^= 0x80;
-  }
+  const uint8_t flip = signed_codes ? 0x80 : 0;
+  for (int64_t r = r0; r < r1; ++r)
+    if (!quantize_row(io.x + r * io.ldx, io.k, u + r * ldu, scale + r, zero + r, flip)) return r;
   return r1;
 }
 
@@ -102,7 +101,8 @@ bool row_params(float lo, float hi, float& s, float& z) {
 
 uint8_t code(float x, float s, float z) { return uint8_t(int(std::clamp(std::nearbyint(x / s) + z, -128.0f, 127.0f)) + 128); }
 
-bool quantize_row_scalar(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero) {
+// `flip` (0, or 0x80 for signed codes q) is xor'ed into every code, never into the padding.
+bool quantize_row_scalar(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero, uint8_t flip) {
   float lo = 0.0f, hi = 0.0f;
   bool finite = true;
   for (int64_t i = 0; i < k; ++i) {
@@ -112,7 +112,7 @@ bool quantize_row_scalar(const float* x, int64_t k, uint8_t* u, float* scale, in
   }
   float s, z;
   if (!finite || !row_params(lo, hi, s, z)) return false;
-  for (int64_t i = 0; i < k; ++i) u[i] = code(x[i], s, z);
+  for (int64_t i = 0; i < k; ++i) u[i] = code(x[i], s, z) ^ flip;
   std::memset(u + k, 0, size_t(quantized_row_bytes(k) - k));
   *scale = s;
   *zero = int32_t(z) + 128;
@@ -124,7 +124,7 @@ bool quantize_row_scalar(const float* x, int64_t k, uint8_t* u, float* scale, in
 // division's and nearbyint's bits, and min/max of finite values are exact, so the codes are
 // those of quantize_row_scalar (tests/linear_group_quant_test.cpp holds both to the reference).
 __attribute__((target("avx2"))) bool quantize_row_avx2(const float* x, int64_t k, uint8_t* u, float* scale,
-                                                        int32_t* zero) {
+                                                        int32_t* zero, uint8_t flip) {
   const int64_t k8 = k / 8 * 8;
   __m256 lo8 = _mm256_setzero_ps(), hi8 = _mm256_setzero_ps(), bad8 = _mm256_setzero_ps();
   for (int64_t i = 0; i < k8; i += 8) {
@@ -152,16 +152,17 @@ __attribute__((target("avx2"))) bool quantize_row_avx2(const float* x, int64_t k
   if (!finite || !row_params(lo, hi, s, z)) return false;
   const __m256 s8 = _mm256_set1_ps(s), z8 = _mm256_set1_ps(z);
   const __m256 qmin = _mm256_set1_ps(-128.0f), qmax = _mm256_set1_ps(127.0f), bias = _mm256_set1_ps(128.0f);
+  const __m128i flip16 = _mm_set1_epi8(char(flip));
   for (int64_t i = 0; i < k8; i += 8) {
     const __m256 q = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 c = _mm256_add_ps(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, z8), qmin), qmax), bias);
     const __m256i c32 = _mm256_cvtps_epi32(c);
     const __m128i c16 = _mm_packus_epi32(_mm256_castsi256_si128(c32), _mm256_extracti128_si256(c32, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(u + i), _mm_packus_epi16(c16, c16));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(u + i), _mm_xor_si128(_mm_packus_epi16(c16, c16), flip16));
   }
   if (k8 < k) {  // the last 8 bytes: codes, then the zero padding up to quantized_row_bytes(k)
     std::memset(u + k8, 0, 8);
-    for (int64_t i = k8; i < k; ++i) u[i] = code(x[i], s, z);
+    for (int64_t i = k8; i < k; ++i) u[i] = code(x[i], s, z) ^ flip;
   }
   *scale = s;
   *zero = int32_t(z) + 128;
@@ -173,11 +174,19 @@ const bool kRowsOnAvx2 = jit::host_runs(jit::Isa::kAvx2);  // CPU and OS (ymm st
 
 }  // namespace
 
-bool quantize_input_row(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero) {
+namespace {
+
+bool quantize_row(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero, uint8_t flip) {
 #if defined(__x86_64__)
-  if (kRowsOnAvx2) return quantize_row_avx2(x, k, u, scale, zero);
+  if (kRowsOnAvx2) return quantize_row_avx2(x, k, u, scale, zero, flip);
 #endif
-  return quantize_row_scalar(x, k, u, scale, zero);
+  return quantize_row_scalar(x, k, u, scale, zero, flip);
+}
+
+}  // namespace
+
+bool quantize_input_row(const float* x, int64_t k, uint8_t* u, float* scale, int32_t* zero) {
+  return quantize_row(x, k, u, scale, zero, 0);
 }
 
 std::span<const QuantizedInput> quantize_run_inputs(std::span<const Io> io, bool signed_codes) {
