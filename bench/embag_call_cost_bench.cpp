@@ -14,6 +14,11 @@
 //   kernel   the cached kernel itself, called with prepared EmbagKernelArgs: the floor (what
 //            FBGEMM's 0.07 us figure for 1x1 D=128 measures), and the column `vs_kernel`
 //            (this row's time / the kernel row's) of every other row of the same problem
+//   fbgemm   FBGEMM's own kernel (fbgemm_runner.hpp: GenerateEmbeddingSpMDM, generated once,
+//            called through the std::function it returns, offsets with the index count
+//            appended) on the same inputs: the peer of capi and kernel, and the column
+//            `vs_fbgemm` (this row's time / the fbgemm row's); checked once to give capi's
+//            output bit for bit; only in builds against pip torch 2.x
 // The stage rows do not add up to capi exactly: capi also has the C ABI wrapper, the ex
 // defaults, the bag schedule, the sum-mode count zeroing and the calls' own cache effects.
 //
@@ -36,6 +41,7 @@
 
 #include "bench_rows.hpp"
 #include "embag_timing.hpp"
+#include "fbgemm_runner.hpp"
 #include "runtime/embag/embag_kernel_call.hpp"
 #include "runtime/engine/isa_select.hpp"
 #include "runtime/engine/kernel_cache.hpp"
@@ -133,6 +139,22 @@ std::function<void()> stage_body(const std::string& stage, CallData& d) {
       const rt::EmbagKernelHandle h = rt::embag_kernel_for(*plan, isa);
       benchmark::DoNotOptimize(&h);
     };
+  if (stage == "fbgemm") {
+    auto fbgemm = std::make_shared<FbgemmKernel>(SHAPEJIT_F32, d.args.dim, SHAPEJIT_SUM, false);
+    auto offsets = std::make_shared<std::vector<int64_t>>(d.offsets);
+    offsets->push_back(d.args.num_indices);  // FBGEMM reads offsets[bags] as the last bag's end
+    const std::vector<float> expected = d.output;  // capi's, from the call above
+    auto call = [&d, fbgemm, offsets] {
+      fbgemm->run(d.args.num_offsets, d.args.num_indices, d.args.num_rows, d.table.data(), d.indices.data(),
+                  offsets->data(), nullptr, d.output.data());
+      benchmark::ClobberMemory();
+    };
+    std::fill(d.output.begin(), d.output.end(), -1.0f);
+    call();
+    if (std::memcmp(d.output.data(), expected.data(), expected.size() * sizeof(float)) != 0)
+      throw std::runtime_error("fbgemm: the output differs from shapejit_embedding_bag's");
+    return call;
+  }
   if (stage == "kernel") {
     const rt::EmbagKernelHandle h = rt::embag_kernel_for(*plan, isa);
     const jit::EmbagKernelArgs a =
@@ -155,25 +177,34 @@ void run_row(benchmark::State& state, const std::string& stage, const Problem& p
   }
 }
 
-// vs_kernel: each row's time over the kernel row of its problem.
+// vs_kernel and vs_fbgemm: each row's time over the kernel row, and over the fbgemm row, of its
+// problem.
 void finish(std::vector<BenchRow*>& rows) {
-  std::map<std::string, double> kernel;  // problem -> seconds
+  std::map<std::string, double> kernel, fbgemm;  // problem -> seconds
   auto problem_of = [](const std::string& name) { return name.substr(name.find('/', std::strlen(kPrefix)) + 1); };
-  for (const BenchRow* r : rows)
-    if (!r->error && r->name.rfind(std::string(kPrefix) + "kernel/", 0) == 0) kernel[problem_of(r->name)] = r->seconds;
+  for (const BenchRow* r : rows) {
+    if (r->error) continue;
+    if (r->name.rfind(std::string(kPrefix) + "kernel/", 0) == 0) kernel[problem_of(r->name)] = r->seconds;
+    if (r->name.rfind(std::string(kPrefix) + "fbgemm/", 0) == 0) fbgemm[problem_of(r->name)] = r->seconds;
+  }
   for (BenchRow* r : rows) {
-    const auto it = kernel.find(problem_of(r->name));
+    const auto over = [&](const std::map<std::string, double>& peer) {
+      const auto it = peer.find(problem_of(r->name));
+      return it == peer.end() || r->error || it->second <= 0 ? std::nullopt
+                                                             : std::optional<double>(r->seconds / it->second);
+    };
     r->set("ns", r->error ? std::nullopt : std::optional<double>(r->seconds * 1e9));
-    r->set("vs_kernel", it == kernel.end() || r->error || it->second <= 0
-                            ? std::nullopt
-                            : std::optional<double>(r->seconds / it->second));
+    r->set("vs_kernel", over(kernel));
+    r->set("vs_fbgemm", over(fbgemm));
   }
 }
 
 bool register_all() {
+  const bool fbgemm = !fbgemm_unsupported_reason(SHAPEJIT_F32, SHAPEJIT_SUM);
   for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}})
-    for (const char* stage : {"capi", "plan", "outputs", "key", "lookup", "kernel"})
-      register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
+    for (const char* stage : {"capi", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
+      if (std::string(stage) != "fbgemm" || fbgemm)
+        register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
                                [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });
   return register_row_family({kPrefix, finish, {}});
 }

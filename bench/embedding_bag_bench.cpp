@@ -1,11 +1,16 @@
-// Embedding-bag benchmarks: the library (jit) against its reference (ref), libtorch (aten) and
-// the gather limit of the machine (limit), side by side in one process.
+// Embedding-bag benchmarks: the library (jit) against its reference (ref), libtorch (aten),
+// FBGEMM's own kernel (fbgemm) and the gather limit of the machine (limit), side by side in one
+// process.
 //
 // Names: embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads>
 //   impl  jit    the public C API (shapejit_embedding_bag, shapejit_set_num_threads(threads)) on
 //                the ISA the engine selects (the host's best, capped by SHAPEJIT_ISA)
 //         ref    shapejit::ref::embedding_bag, called directly (one thread; no t2 rows)
 //         aten   at::_embedding_bag_forward_only, at::set_num_threads(1) (t1 rows only)
+//         fbgemm FBGEMM's JIT kernel, the one ATen runs, called directly (fbgemm_runner.hpp):
+//                generated once per case, then the kernel call alone, single-threaded (t1
+//                rows only); modes sum, mean, wsum and mean-noidx (FBGEMM has no max); only
+//                in builds against pip torch 2.x (its header and libtorch_cpu's exports)
 //         limit  bench/gather_limit_<isa>.cpp for the engine's ISA (avx512, avx2 or neon): the
 //                minimal hand-written gather with prefetch 16 indices ahead; at t2 the bags are
 //                split in two halves of equal index count on a 2-thread tbb::task_arena
@@ -14,7 +19,8 @@
 //                limit-avx2, so every ISA's kernels meet the limit of their own ISA in one run
 //   mode  sum, mean, wsum (sum with per_sample_weights), max; mean-noidx and max-noidx: jit
 //         computes the output only (skip_index_outputs, NULL index outputs), as an inference
-//         caller would; their limit and aten rows are mean's and max's (ATen has no such call)
+//         caller would; their limit and aten rows are mean's and max's (ATen has no such call);
+//         fbgemm's mean-noidx row is its mean row again (FBGEMM only ever writes the output)
 //   len   indices per bag; `zipf32` = Zipf-like lengths (bag of rank r gets ~1/r of the
 //         indices) with the same total as 32 per bag, bag order shuffled
 // Cases: D in {32, 64, 128, 256, 512} x every mode on 4096-row tables with 256 bags x 32
@@ -35,9 +41,10 @@
 // counter `bytes` = row bytes gathered per call (non-padding indices x D x 4);
 // embedding_bag_rows.cpp turns it into GBps and computes, on jit rows, vs_limit = time(limit row of
 // the same case, threads and ISA) / time(jit row) and vs_aten = time(aten t1 row of the same case) /
-// time(jit row), i.e. ratios of GB/s from rows of the same run (ref and aten rows also get
-// vs_limit, ref rows vs_aten); at t2, vs_aten is jit on 2 threads against ATen on 1. A filter that
-// drops the limit or aten row of a case leaves the ratio empty.
+// time(jit row), i.e. ratios of GB/s from rows of the same run (ref, aten and fbgemm rows also
+// get vs_limit, ref rows vs_aten); at t2, vs_aten is jit on 2 threads against ATen on 1. vs_fbgemm
+// is the same ratio against the fbgemm t1 row of the case. A filter that drops the limit, aten or
+// fbgemm row of a case leaves the ratio empty.
 //
 // Before its first timing every (impl, mode, case) is checked once against the reference
 // output on index set 0; a mismatch fails the row.
@@ -57,6 +64,7 @@
 
 #include "aten_runner.hpp"
 #include "embag_timing.hpp"
+#include "fbgemm_runner.hpp"
 #include "gather_limit.hpp"
 #include "limit_select.hpp"
 #include "ref/embedding_bag.hpp"
@@ -67,7 +75,7 @@
 namespace shapejit::bench {
 namespace {
 
-enum class Impl { kLimit, kAten, kRef, kJit };
+enum class Impl { kLimit, kAten, kFbgemm, kRef, kJit };
 
 const char* impl_name(Impl impl) {
   switch (impl) {
@@ -75,6 +83,8 @@ const char* impl_name(Impl impl) {
       return "limit";
     case Impl::kAten:
       return "aten";
+    case Impl::kFbgemm:
+      return "fbgemm";
     case Impl::kRef:
       return "ref";
     case Impl::kJit:
@@ -216,6 +226,16 @@ class AtenCaseRunner final : public Runner {
   AtenRunner aten_;
 };
 
+class FbgemmCaseRunner final : public Runner {
+ public:
+  FbgemmCaseRunner(const Workload& w, const ModeSpec& mode) : fbgemm_(w, nullptr, mode.mode, mode.weighted) {}
+  void run(int64_t set) override { fbgemm_.run(set); }
+  const float* output() const override { return static_cast<const float*>(fbgemm_.output()); }
+
+ private:
+  FbgemmRunner fbgemm_;
+};
+
 class LimitRunner final : public Runner {
  public:
   LimitRunner(const Workload& w, const ModeSpec& mode, int threads, jit::Isa isa)
@@ -285,6 +305,8 @@ std::unique_ptr<Runner> make_runner(const Case& c, const Workload& w) {
       return std::make_unique<LimitRunner>(w, c.mode, c.threads, c.isa);
     case Impl::kAten:
       return std::make_unique<AtenCaseRunner>(w, c.mode, c.threads);
+    case Impl::kFbgemm:
+      return std::make_unique<FbgemmCaseRunner>(w, c.mode);
     case Impl::kRef:
       return std::make_unique<RefRunner>(w, c.mode);
     case Impl::kJit:
@@ -352,15 +374,18 @@ void register_case(const Case& c) {
   register_embag_benchmark(c.name(), [c](benchmark::State& s) { run_case(s, c); });
 }
 
-// Per problem: t1 limit, aten, ref, jit, then limit-<isa>, jit-<isa> per lower ISA; the same
-// at t2 without aten and ref. ATen is the 1-thread peer (its OpenMP pool at 2 threads is erratic
-// on the shared 2-core machine next to the TBB pools: calls of milliseconds instead of
-// microseconds), so there is no aten t2 row.
+// Per problem: t1 limit, aten, fbgemm (where this build has FBGEMM and FBGEMM the mode), ref,
+// jit, then limit-<isa>, jit-<isa> per lower ISA; the same at t2 without aten, fbgemm and ref.
+// ATen is the 1-thread peer (its OpenMP pool at 2 threads is erratic on the shared 2-core machine
+// next to the TBB pools: calls of milliseconds instead of microseconds), so there is no aten t2
+// row; FBGEMM's kernel is single-threaded.
 void register_problem(const ModeSpec& mode, const WorkloadSpec& data) {
   static const std::vector<jit::Isa> isas = bench_isas();
+  const bool fbgemm = !fbgemm_unsupported_reason(SHAPEJIT_F32, mode.mode);
   for (int threads : {1, 2}) {
-    for (Impl impl : {Impl::kLimit, Impl::kAten, Impl::kRef, Impl::kJit})
-      if ((threads == 1 || impl == Impl::kLimit || impl == Impl::kJit) && !(mode.output_only && impl == Impl::kRef))
+    for (Impl impl : {Impl::kLimit, Impl::kAten, Impl::kFbgemm, Impl::kRef, Impl::kJit})
+      if ((threads == 1 || impl == Impl::kLimit || impl == Impl::kJit) && !(mode.output_only && impl == Impl::kRef) &&
+          (impl != Impl::kFbgemm || fbgemm))
         register_case({impl, mode, data, threads, isas.front()});
     for (size_t i = 1; i < isas.size(); ++i)
       for (Impl impl : {Impl::kLimit, Impl::kJit})

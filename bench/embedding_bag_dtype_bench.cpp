@@ -1,6 +1,6 @@
 // Embedding bags over f16, bf16 and rowwise-quantized tables: the library (jit) against its
-// reference (ref) and ATen (aten), side by side in one process with the f32 rows of
-// embedding_bag_bench.cpp.
+// reference (ref), ATen (aten) and FBGEMM's own kernel (fbgemm), side by side in one process with
+// the f32 rows of embedding_bag_bench.cpp.
 //
 // Names: embedding_bag/<impl>/<mode>/<rows>x<dim>/<bags>x<len>/t<threads>/<dtype>
 //   dtype f16 bf16 q8 q4 q2 (q = rowwise-quantized rows as torch's prepack writes them; the
@@ -11,12 +11,18 @@
 //         aten  torch.embedding_bag for f16 (at::_embedding_bag_forward_only); torch's
 //               quantized::embedding_bag_{byte,4bit,2bit}_rowwise_offsets for q8/q4/q2 in mode
 //               sum only (torch computes a sum in every mode); none for bf16 (t1)
+//         fbgemm FBGEMM's JIT kernel called directly (fbgemm_runner.hpp), generated once per
+//               case: GenerateEmbeddingSpMDM for f16 (f16 out), bf16 (is_bf16_in, bf16 out)
+//               and q8 (the packed rows as they are: FBGEMM's default 8-bit layout is torch's,
+//               f32 scale and bias after the codes), GenerateEmbeddingSpMDMNBit for q4/q2 (f16
+//               scale and bias after the codes); modes sum, mean, wsum, no max; f32 per-sample
+//               weights (the f16/bf16 ones widened); t1; only in builds against pip torch 2.x
 // Cases: every dtype x {sum, mean, wsum, max} on the 4096 x 128 table with 256 bags x 32
 // indices (the f32 seed workload's data); sum at D = 32 and 512; and the 1,000,000 x 128 cold
 // table, sum, for f16, q8 and q4. The table of a dtype is the f32 workload's table converted
 // (f16/bf16 rounded, quantized by shapejit's prepack), so every dtype reads the same rows.
 // Counters: `bytes` = rows x stored row bytes (packed row incl. its scale and bias), `rows`;
-// embedding_bag_rows.cpp turns them into GBps, Mrows_s, vs_aten and vs_f32.
+// embedding_bag_rows.cpp turns them into GBps, Mrows_s, vs_aten, vs_fbgemm and vs_f32.
 //
 // Before its first timing every (impl, case) is checked once against the reference output on
 // index set 0 (widened to f32); a mismatch fails the row.
@@ -35,6 +41,7 @@
 #include "aten_dtype_runner.hpp"
 #include "dtype_tables.hpp"
 #include "embag_timing.hpp"
+#include "fbgemm_runner.hpp"
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
 #include "shapejit/shapejit.h"
@@ -43,11 +50,12 @@
 namespace shapejit::bench {
 namespace {
 
-enum class Impl { kAten, kRef, kJit };
+enum class Impl { kAten, kFbgemm, kRef, kJit };
 
 const char* impl_name(Impl impl) {
   switch (impl) {
     case Impl::kAten: return "aten";
+    case Impl::kFbgemm: return "fbgemm";
     case Impl::kRef: return "ref";
     case Impl::kJit: return "jit";
   }
@@ -193,9 +201,21 @@ class AtenRunner final : public Runner {
   AtenDtypeRunner aten_;
 };
 
+class FbgemmCaseRunner final : public Runner {
+ public:
+  FbgemmCaseRunner(const Workload& w, const DtypeTable& t, const ModeSpec& mode)
+      : fbgemm_(w, &t, mode.mode, mode.weighted) {}
+  void run(int64_t set) override { fbgemm_.run(set); }
+  std::vector<float> output_f32() const override { return fbgemm_.output_f32(); }
+
+ private:
+  FbgemmRunner fbgemm_;
+};
+
 std::unique_ptr<Runner> make_runner(const Case& c, const Workload& w, const DtypeTable& t) {
   switch (c.impl) {
     case Impl::kAten: return std::make_unique<AtenRunner>(w, t, c.mode);
+    case Impl::kFbgemm: return std::make_unique<FbgemmCaseRunner>(w, t, c.mode);
     case Impl::kRef: return std::make_unique<RefRunner>(w, t, c.mode);
     case Impl::kJit: return std::make_unique<JitRunner>(w, t, c.mode, c.threads);
   }
@@ -254,10 +274,11 @@ void register_case(const Case& c) {
   register_embag_benchmark(c.name(), [c](benchmark::State& s) { run_case(s, c); });
 }
 
-// Per problem: t1 aten (where ATen has the operation), ref, jit; then t2 jit.
+// Per problem: t1 aten and fbgemm (where each has the operation), ref, jit; then t2 jit.
 void register_problem(const ModeSpec& mode, const WorkloadSpec& data, const TableDtype& dtype) {
   const int aten_mode = mode.mode == SHAPEJIT_SUM ? 0 : mode.mode == SHAPEJIT_MEAN ? 1 : 2;
   if (!aten_dtype_unsupported_reason(dtype.dtype, aten_mode)) register_case({Impl::kAten, mode, data, dtype, 1});
+  if (!fbgemm_unsupported_reason(dtype.dtype, mode.mode)) register_case({Impl::kFbgemm, mode, data, dtype, 1});
   if (!data.cold) register_case({Impl::kRef, mode, data, dtype, 1});
   register_case({Impl::kJit, mode, data, dtype, 1});
   register_case({Impl::kJit, mode, data, dtype, 2});

@@ -1,6 +1,6 @@
 // Figures of the embedding-bag rows (names in embedding_bag_bench.cpp and
-// embedding_bag_dtype_bench.cpp): GB/s of row bytes, rows/s and the ratios to the limit and ATen
-// rows of the same case, all from rows of the same run.
+// embedding_bag_dtype_bench.cpp): GB/s of row bytes, rows/s and the ratios to the limit, ATen and
+// FBGEMM rows of the same case, all from rows of the same run.
 //   GBps      counter `bytes` (row bytes gathered per call) / minimum time per call, in GB/s
 //   Mrows_s   counter `rows` (rows gathered per call) / minimum time per call, in millions
 //   vs_f32    on jit rows of a table dtype (names ending /<dtype>): time of the f32 jit row of the
@@ -11,8 +11,10 @@
 //   vs_aten   on jit, jit-<isa> and ref rows: time of embedding_bag/aten/<case> / this row's time, where
 //             the aten row at the same thread count is used when there is one, else the t1 row
 //             (ATen is benchmarked on 1 thread only)
-// where <case> = <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]. Both ratios equal this row's GB/s
-// over the peer's; they stay empty when the peer row did not run or failed.
+//   vs_fbgemm on jit, jit-<isa> and ref rows: the same against embedding_bag/fbgemm/<case>, FBGEMM's
+//             kernel called directly (single-threaded: t1 rows only, as aten)
+// where <case> = <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]. The ratios equal this row's
+// GB/s over the peer's; they stay empty when the peer row did not run or failed.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -30,7 +32,7 @@ namespace {
 constexpr const char* kPrefix = "embedding_bag/";
 
 struct EmbagName {
-  std::string impl;     // jit, ref, aten, limit (the part of <impl> before a '-')
+  std::string impl;     // jit, ref, aten, fbgemm, limit (the part of <impl> before a '-')
   std::string isa;      // "-avx2" for jit-avx2 and limit-avx2, "" for the engine's own ISA
   std::string problem;  // <mode>/<rows>x<dim>/<bags>x<len>/t<threads>[/<dtype>]
 };
@@ -55,12 +57,14 @@ std::optional<EmbagName> parse(const std::string& name) {
 }
 
 void finish(std::vector<BenchRow*>& rows) {
-  std::map<std::string, double> limit, aten;  // limit: <isa suffix><case>, aten: case -> seconds
+  // limit: <isa suffix><case>, aten and fbgemm: case -> seconds
+  std::map<std::string, double> limit, aten, fbgemm;
   for (const BenchRow* r : rows) {
     const auto n = parse(r->name);
     if (!n || r->error || r->seconds <= 0) continue;
     if (n->impl == "limit") limit[n->isa + n->problem] = r->seconds;
     if (n->impl == "aten") aten[n->problem] = r->seconds;
+    if (n->impl == "fbgemm") fbgemm[n->problem] = r->seconds;
   }
   const auto ratio = [](const std::map<std::string, double>& peer, const std::string& problem,
                         double seconds) {
@@ -86,9 +90,15 @@ void finish(std::vector<BenchRow*>& rows) {
     const auto [f32_case, dtype] = split_dtype(n->problem);
     if (n->impl == "jit" && !dtype.empty()) r->set("vs_f32", ratio(jit, f32_case, r->seconds));
     if (n->impl != "limit") r->set("vs_limit", ratio(limit, n->isa + n->problem, r->seconds));
-    if (n->impl == "jit" || n->impl == "ref")
-      r->set("vs_aten", aten.count(n->problem) ? ratio(aten, n->problem, r->seconds)
-                                               : ratio(aten, at_t1(n->problem), r->seconds));
+    // A peer's row at the same thread count when there is one, else its t1 row.
+    const auto vs_peer = [&](const std::map<std::string, double>& peer) {
+      return peer.count(n->problem) ? ratio(peer, n->problem, r->seconds)
+                                    : ratio(peer, at_t1(n->problem), r->seconds);
+    };
+    if (n->impl == "jit" || n->impl == "ref") {
+      r->set("vs_aten", vs_peer(aten));
+      r->set("vs_fbgemm", vs_peer(fbgemm));
+    }
   }
 }
 
@@ -118,8 +128,8 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
       << jit::isa_name(rt::selected_isa())
       << "; a line `@<isa>` has the jit-<isa> and limit-<isa> rows;\njit/f32: rows/s over the f32 "
          "kernel's)\n";
-  std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s %8s\n", int(width), "case", "limit",
-                "aten", "ref", "jit", "jit/limit", "jit/aten", "jit/f32");
+  std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %8s %10s %9s %11s %8s\n", int(width), "case", "limit",
+                "aten", "fbgemm", "ref", "jit", "jit/limit", "jit/aten", "jit/fbgemm", "jit/f32");
   out << line;
   for (const auto& p : order) {
     const auto& impls = by_case[p];
@@ -130,10 +140,11 @@ void summary(std::ostream& out, const std::vector<const BenchRow*>& rows) {
     };
     const auto jit = impls.find("jit");
     const BenchRow* j = jit != impls.end() && !jit->second->error ? jit->second : nullptr;
-    std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %10s %9s %8s\n", int(width), p.c_str(),
-                  gbps("limit").c_str(), gbps("aten").c_str(), gbps("ref").c_str(),
+    std::snprintf(line, sizeof line, "%-*s %8s %8s %8s %8s %8s %10s %9s %11s %8s\n", int(width), p.c_str(),
+                  gbps("limit").c_str(), gbps("aten").c_str(), gbps("fbgemm").c_str(), gbps("ref").c_str(),
                   gbps("jit").c_str(), j ? cell(j->column("vs_limit"), "%.3f").c_str() : "",
                   j ? cell(j->column("vs_aten"), "%.3f").c_str() : "",
+                  j ? cell(j->column("vs_fbgemm"), "%.3f").c_str() : "",
                   j ? cell(j->column("vs_f32"), "%.3f").c_str() : "");
     out << line;
   }
