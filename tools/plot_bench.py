@@ -33,12 +33,12 @@ SCALING = re.compile(r"^embag_scaling/(?P<impl>[^/]+)/(?P<mode>[^/]+)/(?P<rows>\
                      r"(?P<bags>\d+)x(?P<len>\d+)/t(?P<threads>\d+)(/real_time)?$")
 LINEAR = re.compile(r"^linear_group/(?P<impl>[^/]+)/(?P<case>[^/]+)/t(?P<threads>\d+)(/real_time)?$")
 
-EMBAG_IMPLS = ["jit", "aten", "ref"]  # the limit is drawn separately
+EMBAG_IMPLS = ["jit", "fbgemm", "aten", "ref"]  # the limit is drawn separately
 EMBAG_MODES = ["sum", "mean", "wsum", "max"]
 LINEAR_IMPLS = ["jit", "onednn", "openblas_packed", "openblas_3x", "libxsmm_3x", "xnnpack_3x"]
 LINEAR_LIMIT_ROWS = {"fma_peak", "read_peak"}
 STYLE = {  # one colour per implementation, the same in every chart
-    "jit": "#d62728", "aten": "#1f77b4", "ref": "#7f7f7f", "onednn": "#1f77b4", "openblas_packed": "#2ca02c",
+    "jit": "#d62728", "fbgemm": "#17becf", "aten": "#1f77b4", "ref": "#7f7f7f", "onednn": "#1f77b4", "openblas_packed": "#2ca02c",
     "openblas_3x": "#98df8a", "libxsmm_3x": "#9467bd", "xnnpack_3x": "#ff7f0e",
 }
 
