@@ -205,7 +205,7 @@ bool register_all() {
     for (const char* stage : {"capi", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
       if (std::string(stage) != "fbgemm" || fbgemm)
         register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
-                               [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });
+                                 [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });
   return register_row_family({kPrefix, finish, {}});
 }
 

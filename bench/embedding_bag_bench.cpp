@@ -28,8 +28,8 @@
 // table, sum, cold: every call takes the next of 122 disjoint index sets that together are a
 // permutation of the table's rows (one cursor shared by all implementations), so a row comes
 // back only after the whole 512 MB table has been streamed; power-law lengths (`256xzipf32`) on
-// the 4096 x 128 table, sum. Every case runs at t1 (all four implementations) and t2 (jit,
-// limit). Tables are 64-byte aligned plain allocations (4 KiB pages: THP is madvise-only
+// the 4096 x 128 table, sum. Every case runs at t1 (every implementation; fbgemm not in
+// max) and t2 (jit, limit). Tables are 64-byte aligned plain allocations (4 KiB pages: THP is madvise-only
 // on the build machine and the benchmark does not madvise).
 //
 // Timing (bench_main.cpp): every benchmark runs --benchmark_repetitions times (default 7) of
