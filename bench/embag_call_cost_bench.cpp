@@ -5,6 +5,8 @@
 // 1x1 D128 (FBGEMM's fixed-cost figure), 8x4 D128 (a small call) and 256x32 D32 (the seed's
 // shape at the width where validation's pass over the 8192 indices weighs most).
 //   capi     shapejit_embedding_bag: the whole C ABI call
+//   prepared shapejit_embedding_bag_prepared_run of the call prepared once (its form validated
+//            and its kernel bound at prepare): the batch's checks, the outputs', the kernel
 //   plan     rt::plan_embedding_bag of the call (the input rules: dtypes, sizes, alignment,
 //            offsets, every index) from the plain args
 //   outputs  rt::validate_embedding_bag_outputs of that plan (null, alignment, overlap)
@@ -116,6 +118,21 @@ void time_batches(benchmark::State& state, const std::function<void()>& call) {
 // The body of one stage on a prepared problem.
 std::function<void()> stage_body(const std::string& stage, CallData& d) {
   if (stage == "capi") return [&d] { d.call_capi(); };
+  if (stage == "prepared") {
+    shapejit_embedding_bag_ex_args form{};
+    shapejit_embedding_bag_ex_init(&form, &d.args);
+    shapejit_embedding_bag_prepared* raw = nullptr;
+    if (shapejit_embedding_bag_prepare(&form, &raw) != SHAPEJIT_OK)
+      throw std::runtime_error(std::string("shapejit_embedding_bag_prepare: ") + shapejit_last_error());
+    std::shared_ptr<shapejit_embedding_bag_prepared> prepared(raw, shapejit_embedding_bag_prepared_destroy);
+    const shapejit_embedding_bag_batch batch{d.args.indices, d.args.num_indices, d.args.offsets, d.args.num_offsets,
+                                             nullptr};
+    return [&d, prepared, batch] {
+      if (shapejit_embedding_bag_prepared_run(prepared.get(), &batch, d.output.data(), nullptr, d.bag_size.data(),
+                                              d.max_indices.data()) != SHAPEJIT_OK)
+        throw std::runtime_error(std::string("shapejit_embedding_bag_prepared_run: ") + shapejit_last_error());
+    };
+  }
   // The remaining stages start from the state a capi call leaves (its kernel compiled).
   d.call_capi();
   auto plan = std::make_shared<rt::EmbagCallPlan>(rt::plan_embedding_bag(d.args));
@@ -202,7 +219,7 @@ void finish(std::vector<BenchRow*>& rows) {
 bool register_all() {
   const bool fbgemm = !fbgemm_unsupported_reason(SHAPEJIT_F32, SHAPEJIT_SUM);
   for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}})
-    for (const char* stage : {"capi", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
+    for (const char* stage : {"capi", "prepared", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
       if (std::string(stage) != "fbgemm" || fbgemm)
         register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
                                  [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });

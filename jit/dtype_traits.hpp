@@ -84,10 +84,18 @@ inline constexpr std::array<DtypeTraits, 8> kDtypeTraits{{
 /// The place of the C value `t` in kDtypeTraits, or -1 for a value outside shapejit_dtype.
 /// Constant evaluation goes through this index, never a null test of a pointer into the table:
 /// GCC's -fsanitize=undefined instruments that test and then rejects it as not constant.
+/// Every call looks dtypes up several times, so the search over the table runs once, at compile
+/// time, into a map indexed by the C value (a linear search per lookup was ~85 instructions of a
+/// 1-bag call through the C ABI).
+inline constexpr int kDtypeValueBound = 16;  // C values are 0 .. kDtypeValueBound - 1
+inline constexpr std::array<int8_t, kDtypeValueBound> kDtypeIndexOfValue = [] {
+  std::array<int8_t, kDtypeValueBound> index{};
+  for (int8_t& i : index) i = -1;
+  for (size_t i = 0; i < kDtypeTraits.size(); ++i) index[size_t(kDtypeTraits[i].dtype)] = int8_t(i);
+  return index;
+}();
 constexpr int dtype_index(int64_t t) {
-  for (size_t i = 0; i < kDtypeTraits.size(); ++i)
-    if (int64_t(kDtypeTraits[i].dtype) == t) return int(i);
-  return -1;
+  return t >= 0 && t < kDtypeValueBound ? kDtypeIndexOfValue[size_t(t)] : -1;
 }
 
 /// The traits of the C value `t`, or nullptr for a value outside shapejit_dtype.
@@ -105,7 +113,9 @@ constexpr bool dtype_defaults_allowed() {
 static_assert(dtype_defaults_allowed(), "kDtypeTraits: a table's default value dtype must be among those it allows");
 
 /// The traits of `t` (a valid DType).
-constexpr const DtypeTraits& dtype_traits(DType t) { return kDtypeTraits[size_t(dtype_index(int64_t(t)))]; }
+constexpr const DtypeTraits& dtype_traits(DType t) {
+  return kDtypeTraits[size_t(kDtypeIndexOfValue[size_t(t) % kDtypeValueBound])];  // t valid: no bound test
+}
 
 /// True for the rowwise-quantized table dtypes (kQ8, kQ4, kQ2).
 constexpr bool is_quantized_table(DType t) {

@@ -11,6 +11,7 @@
 
 #include "ref/float16.hpp"
 #include "shapejit/shapejit.h"
+#include "support/prepared_embag.hpp"
 
 namespace {
 
@@ -67,6 +68,12 @@ void expect_rejected(Fixture& f, std::initializer_list<std::string> fragments,
   CHECK(f.untouched());
   shapejit_embedding_bag_shapes shapes{};
   CHECK(shapejit_embedding_bag_ex_output_shapes(&f.e, &shapes) == expected);
+  // As a prepared call (its form prepared, its batch run): the same status and message.
+  std::string prepared_msg;
+  CHECK(shapejit::test::run_prepared(f.e, f.out.data(), f.o2b.data(), f.bag.data(), f.maxi.data(), &prepared_msg) ==
+        expected);
+  CHECK(prepared_msg == msg);
+  CHECK(f.untouched());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "runtime/engine/c_enum.hpp"
 #include "shapejit/shapejit.h"
 #include "shapejit/shapejit.hpp"
+#include "support/prepared_embag.hpp"
 
 namespace {
 
@@ -65,6 +66,14 @@ void expect_rejected(Fixture& f, shapejit_status expected, std::initializer_list
   CHECK(f.outputs_untouched());
   shapejit_embedding_bag_shapes shapes{};
   CHECK(shapejit_embedding_bag_output_shapes(&f.a, &shapes) == expected);
+  // As a prepared call (its form prepared, its batch run): the same status and message.
+  shapejit_embedding_bag_ex_args ex{};
+  shapejit_embedding_bag_ex_init(&ex, &f.a);
+  std::string prepared_msg;
+  CHECK(shapejit::test::run_prepared(ex, f.out.data(), f.o2b.data(), f.bag.data(), f.maxi.data(), &prepared_msg) ==
+        expected);
+  CHECK(prepared_msg == msg);
+  CHECK(f.outputs_untouched());
 }
 
 }  // namespace

@@ -135,6 +135,43 @@ SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex_output_shapes(const shape
 SHAPEJIT_API shapejit_status shapejit_embedding_bag_ex(const shapejit_embedding_bag_ex_args*, void* output,
                                                        void* offset2bag, void* bag_size, void* max_indices);
 
+/* ---- A prepared embedding bag: one call form, many batches ---------------------------------
+ * For a caller that runs the same lookup again and again on new indices (a model's table, batch
+ * after batch): shapejit_embedding_bag_prepare validates everything but the batch once and binds
+ * the kernel; each run then checks only what the batch brings (its counts and buffers, every
+ * offset and index, the outputs). A run gives bitwise the outputs, and the status and message,
+ * of shapejit_embedding_bag_ex on the form with the batch's five fields put in.
+ *
+ * The form is an ex struct (struct_size as for shapejit_embedding_bag_ex) whose call.indices,
+ * num_indices, offsets and num_offsets are not read; call.per_sample_weights only says whether
+ * the batches carry weights (any non-NULL pointer: yes). The table, its dtype and sizes and every
+ * other field are the form's: a table that moves needs a new prepared call. A prepared call is
+ * immutable: any number of threads may run it at once. */
+typedef struct shapejit_embedding_bag_prepared shapejit_embedding_bag_prepared;
+typedef struct {
+  const void* indices; int64_t num_indices;  /* of the form's index_dtype */
+  const void* offsets; int64_t num_offsets;  /* of the form's offset_dtype */
+  /* num_indices weights of the form's dtype when the form has weights (NULL allowed only when
+   * num_indices is 0), else NULL. */
+  const void* per_sample_weights;
+} shapejit_embedding_bag_batch;
+
+/* Validates the form and binds its kernel (compiling it if needed) and sets *out; on failure
+ * *out is unchanged. */
+SHAPEJIT_API shapejit_status shapejit_embedding_bag_prepare(const shapejit_embedding_bag_ex_args* form,
+                                                            shapejit_embedding_bag_prepared** out);
+/* The output shapes of a batch, as shapejit_embedding_bag_ex_output_shapes of the whole call. */
+SHAPEJIT_API shapejit_status shapejit_embedding_bag_prepared_output_shapes(
+    const shapejit_embedding_bag_prepared* prepared, const shapejit_embedding_bag_batch* batch,
+    shapejit_embedding_bag_shapes* shapes);
+/* Runs a batch; the output rules of shapejit_embedding_bag_ex (the table counts as an input). */
+SHAPEJIT_API shapejit_status shapejit_embedding_bag_prepared_run(const shapejit_embedding_bag_prepared* prepared,
+                                                                 const shapejit_embedding_bag_batch* batch,
+                                                                 void* output, void* offset2bag, void* bag_size,
+                                                                 void* max_indices);
+/* Frees a prepared call (NULL is a no-op). */
+SHAPEJIT_API shapejit_status shapejit_embedding_bag_prepared_destroy(shapejit_embedding_bag_prepared* prepared);
+
 /* ---- Many embedding bags in one call: a model's tables -------------------------------------
  * Runs count calls as one: one pass of validation over all of them, then all their bags in one
  * parallel region, partitioned by work across the calls. calls[k] points to an ex struct (each

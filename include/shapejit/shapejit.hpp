@@ -134,6 +134,39 @@ SHAPEJIT_API EmbeddingBagResult embedding_bag(const EmbeddingBagCall& call);
 /// before any output is written; an Error names the call ("embedding_bags: calls[k]: ..."). No
 /// output may overlap an input or an output of any call (shapejit_embedding_bags in shapejit.h).
 SHAPEJIT_API void embedding_bags(std::span<const EmbeddingBagCall> calls, std::span<const EmbeddingBagOutputs> outputs);
+/// What changes from one run of a PreparedEmbeddingBag to the next. The views' dtypes must be
+/// the form's (a non-empty view of another dtype is an Error).
+struct EmbeddingBagBatch {
+  IndexView indices;
+  IndexView offsets;
+  const void* per_sample_weights = nullptr;  ///< present exactly when the form has weights
+};
+
+/// An embedding bag prepared once and run on batch after batch (shapejit_embedding_bag_prepare
+/// in shapejit.h): each run gives bitwise the outputs, and the Error, of embedding_bag() on the
+/// form with the batch put in, validating only what the batch brings. Runs may share one object.
+class SHAPEJIT_API PreparedEmbeddingBag {
+ public:
+  /// Validates `form` and binds its kernel; throws Error. Of form.indices and form.offsets only
+  /// the dtypes count; a non-null form.per_sample_weights means the batches carry weights.
+  explicit PreparedEmbeddingBag(const EmbeddingBagCall& form);
+  PreparedEmbeddingBag(PreparedEmbeddingBag&& other) noexcept;
+  PreparedEmbeddingBag& operator=(PreparedEmbeddingBag&& other) noexcept;
+  PreparedEmbeddingBag(const PreparedEmbeddingBag&) = delete;
+  PreparedEmbeddingBag& operator=(const PreparedEmbeddingBag&) = delete;
+  ~PreparedEmbeddingBag();
+
+  /// The batch's output shapes (throws Error on an invalid batch).
+  EmbeddingBagShapes output_shapes(const EmbeddingBagBatch& batch) const;
+  /// Runs the batch into caller buffers sized by output_shapes() (the rules of embedding_bag()).
+  void run(const EmbeddingBagBatch& batch, const EmbeddingBagOutputs& out) const;
+  /// The underlying C handle (owned by this object).
+  const shapejit_embedding_bag_prepared* c_handle() const noexcept { return prepared_; }
+
+ private:
+  shapejit_embedding_bag_prepared* prepared_ = nullptr;
+};
+
 /// The 2-D form: indices [bags, bag_len] with no offsets (bag b holds row b of indices).
 SHAPEJIT_API EmbeddingBagResult embedding_bag_2d(const TableView& weight, IndexView indices, int64_t bags,
                                                  int64_t bag_len, Mode mode,

@@ -4,12 +4,15 @@
 #include <new>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "jit/dtype_traits.hpp"
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
 #include "runtime/engine/c_enum.hpp"
+#include "runtime/embag/embag_prepared.hpp"
 #include "runtime/embag/embedding_bag.hpp"
+#include "runtime/engine/dtype_name.hpp"
 #include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.hpp"
 
@@ -96,6 +99,49 @@ EmbeddingBagShapes embedding_bag_output_shapes(const EmbeddingBagCall& call) {
 
 void embedding_bag(const EmbeddingBagCall& call, const EmbeddingBagOutputs& out) {
   rt::run_embedding_bag(call.to_c_ex(), out.output, out.offset2bag, out.bag_size, out.max_indices);
+}
+
+namespace {
+
+// The C batch of a C++ one, its views' dtypes checked against the form's.
+shapejit_embedding_bag_batch to_c_batch(const rt::EmbagCallPlan& form, const EmbeddingBagBatch& batch) {
+  const auto check = [](const char* name, const IndexView& view, DType want) {
+    if (view.size > 0 && view.dtype != want)
+      throw Error(Status::kInvalidArgument, std::string("embedding_bag: batch.") + name + " are " +
+                                                rt::dtype_name(int64_t(view.dtype)) + " but the form's are " +
+                                                rt::dtype_name(int64_t(want)));
+  };
+  check("indices", batch.indices, form.index);
+  check("offsets", batch.offsets, form.offset);
+  return {batch.indices.data, batch.indices.size, batch.offsets.data, batch.offsets.size, batch.per_sample_weights};
+}
+
+}  // namespace
+
+PreparedEmbeddingBag::PreparedEmbeddingBag(const EmbeddingBagCall& form)
+    : prepared_(new shapejit_embedding_bag_prepared{rt::EmbagPrepared(form.to_c_ex())}) {}
+
+PreparedEmbeddingBag::PreparedEmbeddingBag(PreparedEmbeddingBag&& other) noexcept
+    : prepared_(std::exchange(other.prepared_, nullptr)) {}
+
+PreparedEmbeddingBag& PreparedEmbeddingBag::operator=(PreparedEmbeddingBag&& other) noexcept {
+  if (this != &other) {
+    delete prepared_;
+    prepared_ = std::exchange(other.prepared_, nullptr);
+  }
+  return *this;
+}
+
+PreparedEmbeddingBag::~PreparedEmbeddingBag() { delete prepared_; }
+
+EmbeddingBagShapes PreparedEmbeddingBag::output_shapes(const EmbeddingBagBatch& batch) const {
+  const rt::EmbagPrepared& p = prepared_->prepared;
+  return rt::to_cpp_shapes(p.plan(to_c_batch(p.form(), batch), rt::IndexRangeCheck::kInPlan).shapes);
+}
+
+void PreparedEmbeddingBag::run(const EmbeddingBagBatch& batch, const EmbeddingBagOutputs& out) const {
+  const rt::EmbagPrepared& p = prepared_->prepared;
+  p.run(to_c_batch(p.form(), batch), out.output, out.offset2bag, out.bag_size, out.max_indices);
 }
 
 void embedding_bags(std::span<const EmbeddingBagCall> calls, std::span<const EmbeddingBagOutputs> outputs) {

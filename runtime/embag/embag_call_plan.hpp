@@ -76,8 +76,14 @@ struct EmbagCallPlan {
   explicit EmbagCallPlan(const shapejit_embedding_bag_args& call);
   EmbagCallPlan(EmbagCallPlan&&) noexcept = default;
   EmbagCallPlan& operator=(EmbagCallPlan&&) noexcept = default;
-  EmbagCallPlan(const EmbagCallPlan&) = delete;
   EmbagCallPlan& operator=(const EmbagCallPlan&) = delete;
+
+  /// A copy of a form's plan (validate.hpp, plan_embedding_bag_form) to fill with one batch. A
+  /// form holds no spans yet, so nothing in the copy points into the original.
+  EmbagCallPlan copy_of_form() const { return *this; }
+
+ private:
+  EmbagCallPlan(const EmbagCallPlan&) = default;  // copy_of_form only: a batch's offsets may point into its plan
 };
 
 /// The caller's four output buffers of one call (any may be null where its shape is empty): the

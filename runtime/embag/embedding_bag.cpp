@@ -61,17 +61,19 @@ void finish_kernel_call(const EmbagCallPlan& plan, const EmbagKernelHandle& kern
 
 }  // namespace
 
-void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag, void* bag_size,
-                       void* max_indices) {
+namespace {
+
+// run_embedding_bag's body, with the kernel looked up on `isa` or, for a prepared call, bound.
+void run_planned(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle* bound, void* output,
+                 void* offset2bag, void* bag_size, void* max_indices) {
   indices_first(plan, [&] { validate_embedding_bag_outputs(plan, output, offset2bag, bag_size, max_indices); });
 
-  const jit::Isa isa = selected_isa();
   if (runs_reference(plan, isa)) {
     if (plan.index_range_deferred) check_indices(plan);
     ref::embedding_bag(plan.args, output, offset2bag, bag_size, max_indices);
     return;
   }
-  const EmbagKernelHandle kernel = indices_first(plan, [&] { return embag_kernel_for(plan, isa); });
+  const EmbagKernelHandle kernel = bound ? *bound : indices_first(plan, [&] { return embag_kernel_for(plan, isa); });
   BagSchedule schedule =
       indices_first(plan, [&] { return BagSchedule(plan.offsets, plan.num_bags, plan.num_indices, plan.dim); });
   // From here on nothing allocates but oneTBB, whose failures the schedule absorbs. A deferred
@@ -86,6 +88,18 @@ void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag
     throw Error(Status::kInternalError, "embedding_bag: a part of the indices failed its range check, the whole passed");
   }
   finish_kernel_call(plan, kernel, {output, offset2bag, bag_size, max_indices});
+}
+
+}  // namespace
+
+void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag, void* bag_size,
+                       void* max_indices) {
+  run_planned(plan, selected_isa(), nullptr, output, offset2bag, bag_size, max_indices);
+}
+
+void run_embedding_bag(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle& kernel, void* output,
+                       void* offset2bag, void* bag_size, void* max_indices) {
+  run_planned(plan, isa, &kernel, output, offset2bag, bag_size, max_indices);
 }
 
 namespace {

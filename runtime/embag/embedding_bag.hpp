@@ -5,7 +5,9 @@
 
 #include <span>
 
+#include "jit/isa.hpp"
 #include "runtime/embag/embag_call_plan.hpp"
+#include "runtime/engine/kernel_cache.hpp"
 #include "shapejit/shapejit.h"
 
 namespace shapejit::rt {
@@ -15,6 +17,11 @@ namespace shapejit::rt {
 /// validated twice. Throws shapejit::Error.
 void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag, void* bag_size,
                        void* max_indices);
+
+/// The same with the kernel already chosen (a prepared call, runtime/embag/embag_prepared.hpp):
+/// `kernel` is embag_kernel_for(plan, isa) of a plan of the same form, not looked up again.
+void run_embedding_bag(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle& kernel, void* output,
+                       void* offset2bag, void* bag_size, void* max_indices);
 
 /// Validates a complete extended call (validate.hpp, complete_ex_args), then runs it.
 void run_embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,

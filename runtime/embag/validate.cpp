@@ -74,7 +74,8 @@ void check_table(const shapejit_embedding_bag_args& a, int64_t table) {
   }
 }
 
-void check_sizes(EmbagCallPlan& p) {
+// The table and the call's form: dtypes, mode, the table's sizes and its pointer.
+void check_form_sizes(EmbagCallPlan& p) {
   const shapejit_embedding_bag_args& a = p.args.call;
   const int64_t table = c_enum_value(a.weight_dtype), mode = c_enum_value(a.mode);
   check_index_dtype("indices", c_enum_value(a.index_dtype));
@@ -83,8 +84,6 @@ void check_sizes(EmbagCallPlan& p) {
     invalid_with([&] { return "mode must be 0 (sum), 1 (mean) or 2 (max), but got " + to_string(mode); });
   check_non_negative("weight.num_rows", a.num_rows);
   check_non_negative("weight.dim", a.dim);
-  check_non_negative("indices.numel", a.num_indices);
-  check_non_negative("offsets.numel", a.num_offsets);
   check_table(a, table);
   check_bytes("weight row", 1, a.dim, 8);  // so the row's byte count below cannot overflow
   const jit::DtypeTraits& traits = jit::dtype_traits(DType(table));
@@ -102,15 +101,8 @@ void check_sizes(EmbagCallPlan& p) {
     });
   const int64_t stride_unit = traits.element_bytes;  // quantized rows count bytes
   check_bytes("weight", a.num_rows, a.row_stride, stride_unit);
-  check_bytes("output", a.num_offsets, a.dim, 8);  // also bounds max_indices [B, D] of int64
-  check_bytes("indices", a.num_indices, 1, 8);
-  check_bytes("offsets", a.num_offsets, 1, 8);
   if (!a.weight && a.num_rows > 0 && a.dim > 0)
     invalid_with([&] { return "weight is null but has " + to_string(a.num_rows) + " rows"; });
-  if (!a.indices && a.num_indices > 0)
-    invalid_with([&] { return "indices is null but has " + to_string(a.num_indices) + " elements"; });
-  if (!a.offsets && a.num_offsets > 0)
-    invalid_with([&] { return "offsets is null but has " + to_string(a.num_offsets) + " elements"; });
 
   p.table = static_cast<DType>(table);
   p.mode = static_cast<Mode>(mode);
@@ -119,11 +111,27 @@ void check_sizes(EmbagCallPlan& p) {
   p.index_out = p.index == p.offset ? p.index : DType::kI64;
   p.num_rows = a.num_rows;
   p.dim = a.dim;
-  p.num_indices = a.num_indices;
-  p.num_bags = std::max<int64_t>(0, a.num_offsets - (a.include_last_offset ? 1 : 0));
   p.row_bytes = row_bytes;
   // With no rows nothing is read and the stride may be anything up to INT64_MAX.
   p.row_stride_bytes = a.num_rows > 0 ? a.row_stride * stride_unit : 0;
+}
+
+// The batch's sizes and pointers: indices and offsets, and the output rows they make.
+void check_batch_sizes(EmbagCallPlan& p) {
+  const shapejit_embedding_bag_args& a = p.args.call;
+  check_non_negative("indices.numel", a.num_indices);
+  check_non_negative("offsets.numel", a.num_offsets);
+  check_bytes("output", a.num_offsets, a.dim, 8);  // also bounds max_indices [B, D] of int64
+  // B rows of a strided output fit in int64 bytes too (so its extent and the kernels' row offsets do).
+  if (p.args.output_row_stride != 0) check_bytes("output", a.num_offsets, p.args.output_row_stride, 8);
+  check_bytes("indices", a.num_indices, 1, 8);
+  check_bytes("offsets", a.num_offsets, 1, 8);
+  if (!a.indices && a.num_indices > 0)
+    invalid_with([&] { return "indices is null but has " + to_string(a.num_indices) + " elements"; });
+  if (!a.offsets && a.num_offsets > 0)
+    invalid_with([&] { return "offsets is null but has " + to_string(a.num_offsets) + " elements"; });
+  p.num_indices = a.num_indices;
+  p.num_bags = std::max<int64_t>(0, a.num_offsets - (a.include_last_offset ? 1 : 0));
 }
 
 // Output and per-sample-weight dtypes, the value half of the dtype-combination rule
@@ -175,8 +183,7 @@ void check_mapping(EmbagCallPlan& p) {
   p.mapping_len = e.mapping_len;
 }
 
-// The output's row stride: dense (0) or at least a row. Bounded like the dense output: B rows of
-// the stride fit in int64 bytes (so the strided extent and the kernels' row offsets do).
+// The output's row stride: dense (0) or at least a row (its extent: check_batch_sizes).
 void check_output_layout(EmbagCallPlan& p) {
   const int64_t stride = p.args.output_row_stride;
   if (stride != 0 && stride < p.dim)
@@ -184,7 +191,6 @@ void check_output_layout(EmbagCallPlan& p) {
       return "output_row_stride must be 0 (dense rows) or >= dim (" + to_string(p.dim) + "), but got " +
              to_string(stride);
     });
-  if (stride != 0) check_bytes("output", p.args.call.num_offsets, stride, 8);
   p.out_row_stride = stride != 0 ? stride : p.dim;
 }
 
@@ -385,15 +391,23 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
 namespace validate_detail {
 namespace {
 
-void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
-  check_sizes(p);
+// The rules of the call's form: everything but the batch (indices, offsets, their counts and
+// the per-sample weights' pointer; whether there are weights is the form's). A prepared call
+// (runtime/embag/embag_prepared.cpp) checks these once.
+void validate_form(EmbagCallPlan& p) {
+  check_form_sizes(p);
   check_output_and_weight_dtypes(p);
   check_output_layout(p);
   check_mapping(p);
-  check_input_buffers(p);  // before the offsets, indices and mapping are read below
   check_options(p);
-  check_offsets(p);
   p.index_outputs = p.args.skip_index_outputs == 0;
+}
+
+// The rules of the batch, on a plan whose form passed validate_form.
+void validate_batch(EmbagCallPlan& p, IndexRangeCheck when) {
+  check_batch_sizes(p);
+  check_input_buffers(p);  // before the offsets, indices and mapping are read below
+  check_offsets(p);
   // A pruned table's mapping entries are read through the indices, so those stay here; a few
   // indices cost less here than any hand-over.
   if (when == IndexRangeCheck::kByRunner && !p.pruned && index_check_end(p) > kInlineIndexCheck)
@@ -401,6 +415,11 @@ void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
   else
     check_indices(p);
   set_plan_shapes(p);
+}
+
+void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
+  validate_form(p);
+  validate_batch(p, when);
 }
 
 }  // namespace
@@ -419,6 +438,37 @@ EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args, IndexR
   // pieces over its 4-byte dtype stores would stall on store forwarding.
   EmbagCallPlan p(args);
   validate_detail::validate_into(p, when);
+  return p;
+}
+
+EmbagCallPlan plan_embedding_bag_form(const shapejit_embedding_bag_ex_args& args) {
+  EmbagCallPlan p(args);
+  shapejit_embedding_bag_args& a = p.args.call;
+  // The batch's fields are not the form's: cleared, so nothing of them is validated or kept.
+  a.indices = a.offsets = nullptr;
+  a.num_indices = a.num_offsets = 0;
+  validate_detail::validate_form(p);
+  return p;
+}
+
+EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit_embedding_bag_batch& batch,
+                                       IndexRangeCheck when) {
+  using validate_detail::invalid_with;
+  if (form.weighted && !batch.per_sample_weights && batch.num_indices > 0)
+    invalid_with([&] {
+      return "per_sample_weights is null but the call was prepared with weights (" +
+             std::to_string(batch.num_indices) + " indices need as many)";
+    });
+  if (!form.weighted && batch.per_sample_weights)
+    invalid_with([] { return std::string("per_sample_weights is given but the call was prepared without weights"); });
+  EmbagCallPlan p = form.copy_of_form();
+  shapejit_embedding_bag_args& a = p.args.call;
+  a.indices = batch.indices;
+  a.num_indices = batch.num_indices;
+  a.offsets = batch.offsets;
+  a.num_offsets = batch.num_offsets;
+  a.per_sample_weights = batch.per_sample_weights;
+  validate_detail::validate_batch(p, when);
   return p;
 }
 

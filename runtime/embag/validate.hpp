@@ -42,6 +42,17 @@ EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args,
 EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args,
                                  IndexRangeCheck when = IndexRangeCheck::kInPlan);
 
+/// The form of a call (every rule that does not read the batch: indices, offsets, their counts
+/// and the weights' pointer; whether there are weights is the form's), for a prepared call: the
+/// plan's batch fields stay unset. `args` must be complete (complete_ex_args).
+EmbagCallPlan plan_embedding_bag_form(const shapejit_embedding_bag_ex_args& args);
+/// The plan of the call `form` (plan_embedding_bag_form) makes with `batch`: the batch's rules,
+/// in the order plan_embedding_bag checks them, so a batch is rejected with the message the
+/// whole call would get; and the prepared call's own rule that the batch has weights exactly
+/// when the form has.
+EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit_embedding_bag_batch& batch,
+                                       IndexRangeCheck when = IndexRangeCheck::kInPlan);
+
 /// The index positions validation checks: [0, index_check_end(plan)) (the positions a bag
 /// covers, and for spans every position).
 int64_t index_check_end(const EmbagCallPlan& plan);

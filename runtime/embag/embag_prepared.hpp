@@ -1,0 +1,41 @@
+// A prepared embedding bag (shapejit_embedding_bag_prepare): a call's form validated once and
+// bound to its kernel, then run on batch after batch, each checked for what it brings. The
+// batch's plan is the form's plan with the batch put in (validate.hpp, plan_embedding_bag_batch),
+// and it runs on the one path every call takes (embedding_bag.hpp), the kernel not looked up.
+#pragma once
+
+#include "jit/isa.hpp"
+#include "runtime/embag/embag_call_plan.hpp"
+#include "runtime/embag/validate.hpp"
+#include "runtime/engine/kernel_cache.hpp"
+#include "shapejit/shapejit.h"
+
+namespace shapejit::rt {
+
+/// Immutable once built: runs only read it, so threads may share one.
+class EmbagPrepared {
+ public:
+  /// Validates a complete form (complete_ex_args; plan_embedding_bag_form) and binds the kernel
+  /// of the ISA selected now. Throws shapejit::Error.
+  explicit EmbagPrepared(const shapejit_embedding_bag_ex_args& form);
+
+  /// The plan of a batch, its rules checked (the index check where `when` says).
+  EmbagCallPlan plan(const shapejit_embedding_bag_batch& batch, IndexRangeCheck when) const;
+  /// The validated form (its batch fields unset).
+  const EmbagCallPlan& form() const { return form_; }
+  /// Checks the batch and the outputs, then computes all four outputs.
+  void run(const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag, void* bag_size,
+           void* max_indices) const;
+
+ private:
+  EmbagCallPlan form_;
+  jit::Isa isa_;
+  EmbagKernelHandle kernel_;  // none when isa_ runs the reference
+};
+
+}  // namespace shapejit::rt
+
+/// The C ABI's opaque handle (shapejit.h), which the C++ API's PreparedEmbeddingBag holds too.
+struct shapejit_embedding_bag_prepared {
+  shapejit::rt::EmbagPrepared prepared;
+};
