@@ -11,7 +11,9 @@
 //  - no input buffer is written;
 //  - the same call in a group (shapejit_embedding_bags) next to a small valid call gives the same
 //    status, the single call's message behind "embedding_bags: calls[k]: ", the same outputs, and
-//    leaves both calls' outputs untouched when it fails.
+//    leaves both calls' outputs untouched when it fails;
+//  - the same call prepared (shapejit_embedding_bag_prepare on its form, _prepared_run on its
+//    batch) gives the same status and message, the same outputs, and none touched when it fails.
 // Sizes the harness cannot back with memory are only ever paired with arguments the library
 // must reject (null pointers, byte counts that overflow), or run with "sparse" tables whose
 // in-range indices all point at allocated rows.
@@ -530,6 +532,51 @@ void run_in_group(const Call& c, void* const ptr_alone[4], shapejit_status statu
     fail("in a group the outputs differ from the call alone: " + d);
 }
 
+// The call again as a prepared call (its form prepared, its batch run): the same status and
+// message as the call alone, its outputs when it succeeds, none touched when it fails.
+void run_prepared(const Call& c, void* const ptr_alone[4], shapejit_status status, const std::string& message,
+                  const GuardedOutputs& alone, const shapejit_embedding_bag_shapes& shapes, bool shapes_ok) {
+  shapejit_embedding_bag_ex_args plain_ex{};
+  shapejit_embedding_bag_ex_init(&plain_ex, &c.args);
+  const shapejit_embedding_bag_ex_args& form = c.use_ex ? c.ex : plain_ex;
+  GuardedOutputs out(shapes_ok ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
+                     shapes_ok ? output_dtype(c) : SHAPEJIT_F32, shapes_ok ? output_stride(c) : 0);
+  void* p[4];
+  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs)
+    p[int(which)] = ptr_alone[int(which)] ? out.data(which) : nullptr;
+  shapejit_embedding_bag_prepared* prepared = nullptr;
+  shapejit_status got = shapejit_embedding_bag_prepare(&form, &prepared);
+  shapejit::fuzz::check_status(got, "shapejit_embedding_bag_prepare");
+  if ((got == SHAPEJIT_OK) != (prepared != nullptr)) fail("shapejit_embedding_bag_prepare: status and handle disagree");
+  if (got == SHAPEJIT_OK) {
+    const shapejit_embedding_bag_batch batch{c.args.indices, c.args.num_indices, c.args.offsets, c.args.num_offsets,
+                                             c.args.per_sample_weights};
+    got = shapejit_embedding_bag_prepared_run(prepared, &batch, p[0], p[1], p[2], p[3]);
+    shapejit::fuzz::check_status(got, "shapejit_embedding_bag_prepared_run");
+  }
+  const std::string got_message = shapejit_last_error();
+  shapejit_embedding_bag_prepared_destroy(prepared);
+  if (const std::string g = out.check_guards(); !g.empty()) fail("prepared: " + g);
+  // As in a group, a claimed input may hold some outputs of one run and not the other's.
+  const bool claims_outputs = claimed_input_holds_output(c, alone) || claimed_input_holds_output(c, out);
+  const auto no_addresses = [](const std::string& m) { return std::regex_replace(m, std::regex("0x[0-9a-f]+"), "0x"); };
+  if (got != status || (got != SHAPEJIT_OK && no_addresses(got_message) != no_addresses(message))) {
+    if (!claims_outputs)
+      fail("alone the call gave status " + std::to_string(int(status)) + " (" + message + "), prepared " +
+           std::to_string(int(got)) + " (" + got_message + ")");
+  }
+  if (got != SHAPEJIT_OK) {
+    if (!out.untouched()) fail("a rejected prepared run changed an output: " + got_message);
+    return;
+  }
+  if (status == SHAPEJIT_OK) {
+    if (const std::string d = shapejit::test::first_output_difference(alone, out, output_dtype(c)); !d.empty())
+      fail("prepared, the outputs differ from the call alone: " + d);
+  } else if (shapes_ok) {
+    compare_with_reference(c, out, shapes);
+  }
+}
+
 void run_call(const Call& c) {
   shapejit_embedding_bag_shapes shapes;
   std::memset(&shapes, 0xA5, sizeof shapes);
@@ -588,6 +635,7 @@ void run_call(const Call& c) {
     ++tally.accepted;
   }
   run_in_group(c, ptr, status, message, out, shapes, shape_status == SHAPEJIT_OK);
+  run_prepared(c, ptr, status, message, out, shapes, shape_status == SHAPEJIT_OK);
 }
 
 
