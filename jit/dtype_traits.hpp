@@ -117,6 +117,20 @@ constexpr const DtypeTraits& dtype_traits(DType t) {
   return kDtypeTraits[size_t(kDtypeIndexOfValue[size_t(t) % kDtypeValueBound])];  // t valid: no bound test
 }
 
+/// The element bytes of every dtype packed into one constant, 4 bits per C value, from the
+/// table above: the buffer rules of every call need them for up to nine buffers, and a shift
+/// of a constant has no load to wait for (two dependent loads through the table did).
+inline constexpr uint64_t kElementBytesByValue = [] {
+  uint64_t packed = 0;
+  for (const DtypeTraits& d : kDtypeTraits) {
+    if (int(d.dtype) >= 16 || d.element_bytes >= 16) throw "kElementBytesByValue: 4 bits per value, 16 values";
+    packed |= uint64_t(d.element_bytes) << (4 * int(d.dtype));
+  }
+  return packed;
+}();
+/// dtype_traits(t).element_bytes of a valid `t`.
+constexpr int64_t element_bytes(DType t) { return int64_t(kElementBytesByValue >> (4 * (unsigned(t) & 15u)) & 15u); }
+
 /// True for the rowwise-quantized table dtypes (kQ8, kQ4, kQ2).
 constexpr bool is_quantized_table(DType t) {
   const int i = dtype_index(int64_t(t));

@@ -73,7 +73,10 @@ void run_planned(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandl
     ref::embedding_bag(plan.args, output, offset2bag, bag_size, max_indices);
     return;
   }
-  const EmbagKernelHandle kernel = bound ? *bound : indices_first(plan, [&] { return embag_kernel_for(plan, isa); });
+  // A prepared call's handle is used where it lives (a handle carries its whole key).
+  std::optional<EmbagKernelHandle> looked_up;
+  if (!bound) looked_up.emplace(indices_first(plan, [&] { return embag_kernel_for(plan, isa); }));
+  const EmbagKernelHandle& kernel = bound ? *bound : *looked_up;
   BagSchedule schedule =
       indices_first(plan, [&] { return BagSchedule(plan.offsets, plan.num_bags, plan.num_indices, plan.dim); });
   // From here on nothing allocates but oneTBB, whose failures the schedule absorbs. A deferred

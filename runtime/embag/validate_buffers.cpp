@@ -41,7 +41,7 @@ constexpr int kNumInputs = kOutput, kNumOutputs = kNumBuffers - kOutput;
 static_assert(kNumInputs == std::tuple_size_v<decltype(EmbagCallPlan::input_ranges)>);
 
 // Quantized rows are read bytewise (their traits count 1 byte per element).
-int64_t element_bytes(DType t) { return jit::dtype_traits(t).element_bytes; }
+using jit::element_bytes;
 
 Buffer make_buffer(const void* data, int64_t elements, DType dtype) {
   return {data, elements * element_bytes(dtype), element_bytes(dtype), dtype};

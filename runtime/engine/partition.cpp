@@ -91,11 +91,11 @@ std::pair<int64_t, int64_t> check_part(const OffsetsView& offsets, int64_t num_b
 BagSchedule::BagSchedule(const OffsetsView& offsets, int64_t num_bags, int64_t num_indices,
                          int64_t dim, const PartitionOptions& options)
     : offsets_(offsets), num_bags_(num_bags), num_indices_(num_indices) {
-  if (num_bags <= 0) return;
+  if (num_bags <= 1) return;  // nothing to split: no arena, no task, no allocation
   const int threads = engine_threads();
+  if (threads <= 1) return;
   const BagWork work(offsets, num_bags, num_indices, dim, options.bag_overhead);
-  if (threads <= 1 || num_bags == 1 || work.total() < 2.0 * static_cast<double>(options.min_chunk_work))
-    return;  // tiny call: no arena, no task, no allocation
+  if (work.total() < 2.0 * static_cast<double>(options.min_chunk_work)) return;  // tiny call
   bounds_ = partition_bags(offsets, num_bags, num_indices, dim, threads, options);
   if (bounds_.size() > 2) tasks_.emplace(bounds_.size() - 1);
 }
