@@ -184,3 +184,61 @@ TEST_CASE("out of memory: a group of calls fails cleanly at every allocation, wa
   CHECK(cold.out_of_memory > 0);
   REQUIRE(shapejit_set_num_threads(0) == SHAPEJIT_OK);
 }
+
+TEST_CASE("out of memory: a prepared embedding bag fails cleanly at every allocation (prepare and run)") {
+  using shapejit::test::EmbagOutput;
+  REQUIRE(shapejit_set_num_threads(2) == SHAPEJIT_OK);
+  int64_t next_dim = 300;  // prepare compiles a shape no earlier call used
+  for (const EmbagVariant& v : kEmbagVariants) {
+    // Prepare, cold: fails with OUT_OF_MEMORY and leaves *out as it was, or succeeds.
+    const SweepStats prepare = shapejit::test::oom::sweep_allocations([&](int64_t k) {
+      const EmbagInputs in(v, next_dim++);
+      shapejit_embedding_bag_ex_args form{};
+      shapejit_embedding_bag_ex_init(&form, &in.args());
+      shapejit_embedding_bag_prepared* prepared = nullptr;
+      Attempt a;
+      {
+        ScopedFailure failure(k, FailureMode::kOnce);
+        a.status = shapejit_embedding_bag_prepare(&form, &prepared);
+        a.count = failure.finish();
+      }
+      CAPTURE(k);
+      if (a.status == SHAPEJIT_OUT_OF_MEMORY) CHECK(prepared == nullptr);
+      else CHECK((a.status == SHAPEJIT_OK && prepared != nullptr));
+      shapejit_embedding_bag_prepared_destroy(prepared);
+      return a;
+    });
+    MESSAGE("prepare (cold), ", std::string(v.name), ": ", prepare.summary());
+    CHECK(prepare.out_of_memory > 0);  // the handle and the compilation allocate
+    // Run, warm: the outputs untouched on OUT_OF_MEMORY, else exact.
+    const EmbagInputs in(v, 40);
+    shapejit_embedding_bag_ex_args form{};
+    shapejit_embedding_bag_ex_init(&form, &in.args());
+    shapejit_embedding_bag_prepared* prepared = nullptr;
+    REQUIRE(shapejit_embedding_bag_prepare(&form, &prepared) == SHAPEJIT_OK);
+    GuardedOutputs expected(in.shapes(), 0x11);
+    REQUIRE(expected.run(in.args()) == SHAPEJIT_OK);
+    const shapejit_embedding_bag_batch batch{in.args().indices, in.args().num_indices, in.args().offsets,
+                                             in.args().num_offsets, in.args().per_sample_weights};
+    const SweepStats run = shapejit::test::oom::sweep_allocations([&](int64_t k) {
+      GuardedOutputs got(in.shapes(), 0xCD);
+      Attempt a;
+      {
+        ScopedFailure failure(k, FailureMode::kOnce);
+        a.status = shapejit_embedding_bag_prepared_run(prepared, &batch, got.data(EmbagOutput::kOutput),
+                                                       got.data(EmbagOutput::kOffset2bag),
+                                                       got.data(EmbagOutput::kBagSize),
+                                                       got.data(EmbagOutput::kMaxIndices));
+        a.count = failure.finish();
+      }
+      CAPTURE(k);
+      CHECK(got.check_guards() == "");
+      if (a.status == SHAPEJIT_OUT_OF_MEMORY) CHECK(got.untouched());
+      else CHECK((a.status == SHAPEJIT_OK && same_bytes(got, expected)));
+      return a;
+    });
+    MESSAGE("prepared run (warm), ", std::string(v.name), ": ", run.summary());
+    shapejit_embedding_bag_prepared_destroy(prepared);
+  }
+  REQUIRE(shapejit_set_num_threads(0) == SHAPEJIT_OK);
+}
