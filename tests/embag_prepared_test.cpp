@@ -63,6 +63,20 @@ shapejit_embedding_bag_ex_args first_bags(const EmbagCase& c, shapejit_embedding
   return ex;
 }
 
+// The form of a call on a dense f32 table with int64 indices and offsets.
+shapejit_embedding_bag_ex_args f32_form(const float* table, int64_t rows, int64_t dim, shapejit_mode mode) {
+  shapejit_embedding_bag_args a{};
+  a.weight = table;
+  a.weight_dtype = SHAPEJIT_F32;
+  a.num_rows = rows;
+  a.dim = a.row_stride = dim;
+  a.index_dtype = a.offset_dtype = SHAPEJIT_I64;
+  a.mode = mode;
+  shapejit_embedding_bag_ex_args ex{};
+  shapejit_embedding_bag_ex_init(&ex, &a);
+  return ex;
+}
+
 }  // namespace
 
 TEST_CASE("prepared embedding bag equals the one-shot call bitwise on random calls of every table dtype") {
@@ -111,17 +125,8 @@ TEST_CASE("prepared embedding bag equals the one-shot call bitwise on random cal
 TEST_CASE("prepared embedding bag: weights present exactly when the form has them") {
   std::vector<float> table(4 * 8, 1.0f), psw(3, 0.5f), out(2 * 8, 7.0f);
   std::vector<int64_t> indices{0, 1, 3}, offsets{0, 2}, counts(2, -1), ids(2, -1);
-  shapejit_embedding_bag_args a{};
-  a.weight = table.data();
-  a.weight_dtype = SHAPEJIT_F32;
-  a.num_rows = 4;
-  a.dim = 8;
-  a.row_stride = 8;
-  a.index_dtype = a.offset_dtype = SHAPEJIT_I64;
-  a.mode = SHAPEJIT_SUM;
-  a.per_sample_weights = psw.data();  // the form: weighted
-  shapejit_embedding_bag_ex_args ex{};
-  shapejit_embedding_bag_ex_init(&ex, &a);
+  shapejit_embedding_bag_ex_args ex = f32_form(table.data(), 4, 8, SHAPEJIT_SUM);
+  ex.call.per_sample_weights = psw.data();  // the form: weighted
   shapejit_embedding_bag_prepared* weighted = nullptr;
   REQUIRE(shapejit_embedding_bag_prepare(&ex, &weighted) == SHAPEJIT_OK);
   const std::vector<float> before = out;
@@ -159,16 +164,7 @@ TEST_CASE("prepared embedding bag: weights present exactly when the form has the
 TEST_CASE("prepared embedding bag: null arguments, a rejected form, destroy(NULL), threads sharing one") {
   std::vector<float> table(16 * 32, 0.25f);
   std::vector<int64_t> indices{1, 2, 3, 15}, offsets{0, 1, 1};
-  shapejit_embedding_bag_args a{};
-  a.weight = table.data();
-  a.weight_dtype = SHAPEJIT_F32;
-  a.num_rows = 16;
-  a.dim = 32;
-  a.row_stride = 32;
-  a.index_dtype = a.offset_dtype = SHAPEJIT_I64;
-  a.mode = SHAPEJIT_MEAN;
-  shapejit_embedding_bag_ex_args ex{};
-  shapejit_embedding_bag_ex_init(&ex, &a);
+  const shapejit_embedding_bag_ex_args ex = f32_form(table.data(), 16, 32, SHAPEJIT_MEAN);
 
   shapejit_embedding_bag_prepared* sentinel = reinterpret_cast<shapejit_embedding_bag_prepared*>(0x1);
   shapejit_embedding_bag_prepared* out_handle = sentinel;
