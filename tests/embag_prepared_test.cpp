@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "ref/embedding_bag.hpp"
 #include "runtime/embag/embag_kernel_call.hpp"
 #include "runtime/embag/validate.hpp"
 #include "runtime/engine/isa_select.hpp"
@@ -242,4 +243,60 @@ TEST_CASE("PreparedEmbeddingBag (C++ API) equals embedding_bag() and checks the 
   const shapejit::EmbeddingBagBatch wrong{wide, offsets, nullptr};
   CHECK_THROWS_WITH_AS(prepared.run(wrong, {out.data(), o2b.data(), sizes.data(), ids.data()}),
                        doctest::Contains("batch.indices are int64 but the form's are int32"), shapejit::Error);
+}
+
+// One-shot calls run as batches of the forms their thread remembers (embag_prepared.hpp): forms
+// that repeat, forms that differ only in the table's address (a copy holding other values), more
+// forms than the thread keeps, and batches of every size must all still give the reference's
+// outputs; each call counts one kernel-cache hit or miss, as a lookup would.
+TEST_CASE("one-shot calls through remembered forms equal the reference, whatever the order of forms") {
+  const uint64_t seed = shapejit::test::test_seed(kDefaultSeed);
+  MESSAGE("remembered forms: seed " << seed << " (SHAPEJIT_TEST_SEED replays)");
+  constexpr int kForms = 6;  // more than the thread remembers, so forms are also replaced
+  std::vector<EmbagCase> cases;
+  std::vector<std::vector<float>> negated;  // each case's table negated: same form, other address
+  for (int64_t k = 0; int(cases.size()) < kForms; ++k) {
+    shapejit::test::EmbagCaseOptions options;
+    options.max_dim = 96;
+    options.max_indices = 200;
+    options.allow_partial_final_offset = false;
+    EmbagCase c = shapejit::test::make_embag_case(seed, 1000 + k, options);
+    if (c.weight.empty()) continue;
+    negated.emplace_back(c.weight);
+    for (float& v : negated.back()) v = -v;
+    cases.push_back(std::move(c));
+  }
+  uint64_t state = seed | 1;
+  int failing = 0;
+  for (int call = 0; call < 240 && failing < kMaxFailing; ++call) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const size_t which = size_t(state >> 33) % cases.size();
+    const bool other_table = (state >> 20) & 1;
+    const EmbagCase& c = cases[which];
+    // Half the calls run a shorter batch of the same form: the first bags of the case.
+    shapejit_embedding_bag_ex_args ex = c.to_ex_args(other_table ? negated[which].data() : nullptr);
+    if ((state >> 40) & 1 && !c.offsets_as_lengths && c.num_bags() > 1) ex = first_bags(c, ex, c.num_bags() / 2);
+    const shapejit_embedding_bag_shapes shapes = ex_shapes(ex);
+    GuardedOutputs want(shapes, 0x5A, false, ex.output_dtype, ex.output_row_stride);
+    GuardedOutputs got(shapes, 0xC3, false, ex.output_dtype, ex.output_row_stride);
+    using shapejit::test::EmbagOutput;
+    shapejit::ref::embedding_bag(ex, want.data(EmbagOutput::kOutput), want.data(EmbagOutput::kOffset2bag),
+                                 want.data(EmbagOutput::kBagSize), want.data(EmbagOutput::kMaxIndices));
+    shapejit_kernel_cache_stats before{}, after{};
+    REQUIRE(shapejit_get_kernel_cache_stats(&before) == SHAPEJIT_OK);
+    const shapejit_status status = got.run(ex);
+    REQUIRE(shapejit_get_kernel_cache_stats(&after) == SHAPEJIT_OK);
+    std::string diff = status == SHAPEJIT_OK ? shapejit::test::first_output_difference(want, got, ex.output_dtype)
+                                             : std::string("rejected: ") + shapejit_last_error();
+    if (shapejit::rt::selected_isa() != shapejit::jit::Isa::kScalar &&
+        after.hits + after.misses + after.generic_fallbacks != before.hits + before.misses + before.generic_fallbacks + 1)
+      diff += "\nthe call counted " +
+              std::to_string((after.hits + after.misses) - (before.hits + before.misses)) + " lookups, not 1";
+    if (!diff.empty()) {
+      ++failing;
+      FAIL_CHECK("call " << call << " (form " << which << (other_table ? ", negated table" : "") << "):\n"
+                         << c.describe() << diff);
+    }
+  }
+  CHECK(failing == 0);
 }

@@ -2,6 +2,8 @@
 // bound to its kernel, then run on batch after batch, each checked for what it brings. The
 // batch's plan is the form's plan with the batch put in (validate.hpp, plan_embedding_bag_batch),
 // and it runs on the one path every call takes (embedding_bag.hpp), the kernel not looked up.
+// One-shot calls use the same: the thread remembers the forms of its last calls prepared
+// (run_embedding_bag_remembering), so a call repeating a recent form runs as a batch of it.
 #pragma once
 
 #include "jit/isa.hpp"
@@ -16,13 +18,16 @@ namespace shapejit::rt {
 class EmbagPrepared {
  public:
   /// Validates a complete form (complete_ex_args; plan_embedding_bag_form) and binds the kernel
-  /// of the ISA selected now. Throws shapejit::Error.
+  /// of `isa` (the ISA selected now by default). Throws shapejit::Error.
   explicit EmbagPrepared(const shapejit_embedding_bag_ex_args& form);
+  EmbagPrepared(const shapejit_embedding_bag_ex_args& form, jit::Isa isa);
 
   /// The plan of a batch, its rules checked (the index check where `when` says).
   EmbagCallPlan plan(const shapejit_embedding_bag_batch& batch, IndexRangeCheck when) const;
   /// The validated form (its batch fields unset).
   const EmbagCallPlan& form() const { return form_; }
+  /// The bound kernel (none when the ISA runs the reference).
+  const EmbagKernelHandle& kernel() const { return kernel_; }
   /// Checks the batch and the outputs, then computes all four outputs.
   void run(const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag, void* bag_size,
            void* max_indices) const;
@@ -32,6 +37,16 @@ class EmbagPrepared {
   jit::Isa isa_;
   EmbagKernelHandle kernel_;  // none when isa_ runs the reference
 };
+
+/// The batch of a call: its indices, offsets, their counts and its weights' pointer.
+shapejit_embedding_bag_batch batch_of(const shapejit_embedding_bag_args& call);
+
+/// A complete one-shot call (complete_ex_args) run as a batch of its form, prepared: the form
+/// comes from the calling thread's recent forms when it is one of them (no form rules, no key,
+/// no lookup: the cache counts the hit a lookup would), else it is prepared and remembered.
+/// Outputs, status and message are those of run_embedding_bag(plan_embedding_bag(args), ...).
+void run_embedding_bag_remembering(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
+                                   void* bag_size, void* max_indices);
 
 }  // namespace shapejit::rt
 

@@ -15,6 +15,7 @@
 #include "jit/generated_code_observer.hpp"
 #include "ref/embedding_bag.hpp"
 #include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/embag/embag_prepared.hpp"
 #include "runtime/engine/isa_select.hpp"
 #include "runtime/engine/kernel_cache.hpp"
 #include "runtime/engine/partition.hpp"
@@ -197,14 +198,15 @@ void run_embedding_bags(std::span<const EmbagCallPlan> plans, std::span<const Em
   }
 }
 
+// One-shot calls run as batches of their forms, which the thread remembers (embag_prepared.hpp).
 void run_embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                        void* bag_size, void* max_indices) {
-  run_embedding_bag(plan_embedding_bag(args, IndexRangeCheck::kByRunner), output, offset2bag, bag_size, max_indices);
+  run_embedding_bag_remembering(args, output, offset2bag, bag_size, max_indices);
 }
 
 void run_embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
                        void* bag_size, void* max_indices) {
-  run_embedding_bag(plan_embedding_bag(args, IndexRangeCheck::kByRunner), output, offset2bag, bag_size, max_indices);
+  run_embedding_bag_remembering(ref::embedding_bag_ex_defaults(args), output, offset2bag, bag_size, max_indices);
 }
 
 void run_embedding_bags(std::span<const shapejit_embedding_bag_ex_args> calls, std::span<const EmbagOutputs> outputs) {

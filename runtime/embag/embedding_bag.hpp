@@ -23,11 +23,13 @@ void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag
 void run_embedding_bag(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle& kernel, void* output,
                        void* offset2bag, void* bag_size, void* max_indices);
 
-/// Validates a complete extended call (validate.hpp, complete_ex_args), then runs it.
+/// Validates a complete extended call (validate.hpp, complete_ex_args), then runs it: as a
+/// batch of its form, which the thread remembers (embag_prepared.hpp,
+/// run_embedding_bag_remembering), so a repeated form skips its rules, key and lookup.
 void run_embedding_bag(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                        void* bag_size, void* max_indices);
 
-/// Validates a plain call (extended with the ex_init defaults), then runs it.
+/// Validates a plain call (extended with the ex_init defaults), then runs it (as above).
 void run_embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,
                        void* bag_size, void* max_indices);
 

@@ -142,12 +142,11 @@ template <class Key>
 KernelHandle<Key> KernelCache<Key>::get_remembered(const Key& wanted, Key (*resolve)(const Key&)) {
   RememberedKernel<Key>& last = t_remembered<Key>;
   if (last.epoch == epoch_ && last.wanted == wanted) [[likely]] {
-    if (!last.handle.generic()) hits_.fetch_add(1, std::memory_order_relaxed);  // as get()'s map hit
+    count_remembered(last.handle);  // as get()'s map hit
     return last.handle;
   }
   const Handle handle = get(resolve(wanted));
-  const bool bound_fallback = handle.generic() && !Kind::served_generic(handle.key());
-  if (!bound_fallback) last = {epoch_, wanted, handle};
+  if (!bound_fallback(handle)) last = {epoch_, wanted, handle};
   return handle;
 }
 

@@ -169,6 +169,13 @@ class KernelCache {
   /// A generic fallback at the code bound is never remembered (a raised bound replaces it, and
   /// every such lookup is counted), and a remembered answer counts as the hit get() would count.
   Handle get_remembered(const Key& wanted, Key (*resolve)(const Key&));
+  /// Whether `handle` is the generic kernel standing in for a key the code bound refused: such
+  /// an answer is never remembered (a raised bound replaces it, and every such lookup is counted).
+  static bool bound_fallback(const Handle& handle) { return handle.generic() && !Kind::served_generic(handle.key()); }
+  /// Counts the use of an answer a caller remembered as the hit get() would count.
+  void count_remembered(const Handle& handle) {
+    if (!handle.generic()) hits_.fetch_add(1, std::memory_order_relaxed);
+  }
   /// Counters so far.
   KernelCacheCounters stats() const;
   /// Sets the bound on JIT code bytes of the cache's budget, for every cache sharing it (< 0
