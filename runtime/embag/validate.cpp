@@ -1,7 +1,8 @@
 // Each check names the argument, the offending value and the rule. Messages follow ATen's
 // wording where ATen has a check; the rest are shapejit's own (ATen crashes there). The order:
-// dtypes and sizes, the extended options, input alignment (before any input is read), options,
-// offsets (validate_offsets.cpp), indices and the mapping entries they read; then the shapes.
+// the form's rules (dtypes, the table's sizes, the extended options, options: validate_form),
+// then the batch's (counts and sizes, input alignment before any input is read, offsets
+// (validate_offsets.cpp), indices and the mapping entries they read, the shapes: validate_batch).
 #include "runtime/embag/validate.hpp"
 
 #include <algorithm>
