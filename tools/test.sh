@@ -112,7 +112,7 @@ cross_stage() {
 }
 
 # Stage 4 (hardening): a ThreadSanitizer build of the test binary running the thread-stress,
-# kernel-cache, partition, engine-task and group-call tests (clang, TBB headers uninstrumented: tests/tsan_ignorelist.txt;
+# kernel-cache, partition, engine-task, group-call and prepared-call tests (clang, TBB headers uninstrumented: tests/tsan_ignorelist.txt;
 # suppressions, if any: tests/tsan.supp), then libFuzzer on the C ABI for a bounded time
 # (tools/fuzz.sh; SHAPEJIT_CI_FUZZ_SECONDS per fuzzer, default 45).
 tsan_build() {
@@ -129,7 +129,7 @@ tsan_tests() {
   SHAPEJIT_REQUIRE_ISAS=${native%%,*} \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
     build-tsan/tests/shapejit_tests --no-intro=true \
-    --source-file='*/stress_threads_test.cpp,*/kernel_cache_test.cpp,*/partition_test.cpp,*/engine_tasks_test.cpp,*/kernel_cache_remembered_test.cpp,*/embag_parallel_check_test.cpp,*/embag_group_test.cpp'
+    --source-file='*/stress_threads_test.cpp,*/kernel_cache_test.cpp,*/partition_test.cpp,*/engine_tasks_test.cpp,*/kernel_cache_remembered_test.cpp,*/embag_parallel_check_test.cpp,*/embag_group_test.cpp,*/embag_prepared_test.cpp'
 }
 hardening_stage() {
   echo "== thread sanitizer build (build-tsan/, shapejit_tests only)"
