@@ -84,7 +84,7 @@ void run_embedding_bag_remembering(const shapejit_embedding_bag_ex_args& args, v
   RememberedForm& slot = recent.slots[recent.next];
   recent.next = (recent.next + 1) % kRememberedForms;
   slot.prepared.reset();  // the key below must never describe another slot's form
-  slot.key = key;
+  std::memcpy(&slot.key, &key, sizeof key);  // bytewise, padding included, as it is compared
   slot.isa = isa;
   slot.prepared.emplace(std::move(prepared));
   slot.prepared->run(batch_of(args.call), output, offset2bag, bag_size, max_indices);
