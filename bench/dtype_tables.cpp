@@ -71,4 +71,19 @@ const DtypeTable& dtype_table_for(const Workload& w, shapejit_dtype dtype) {
   return *t;
 }
 
+std::vector<float> widen_to_f32(const void* data, size_t n, shapejit_dtype dtype) {
+  std::vector<float> f(n);
+  if (dtype == SHAPEJIT_F32) {
+    if (n > 0) std::memcpy(f.data(), data, n * 4);
+    return f;
+  }
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h = 0;
+    std::memcpy(&h, bytes + 2 * i, 2);
+    f[i] = dtype == SHAPEJIT_F16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h);
+  }
+  return f;
+}
+
 }  // namespace shapejit::bench

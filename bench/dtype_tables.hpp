@@ -51,4 +51,8 @@ class DtypeTable {
 /// The process-wide table of (workload, dtype), built on first use.
 const DtypeTable& dtype_table_for(const Workload& w, shapejit_dtype dtype);
 
+/// `n` values of `dtype` (f32, f16 or bf16) at `data`, widened exactly to f32 (outputs and
+/// weights of the benchmarks' 16-bit tables).
+std::vector<float> widen_to_f32(const void* data, size_t n, shapejit_dtype dtype);
+
 }  // namespace shapejit::bench

@@ -43,7 +43,6 @@
 #include "embag_timing.hpp"
 #include "fbgemm_runner.hpp"
 #include "ref/embedding_bag.hpp"
-#include "ref/float16.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
 
@@ -120,15 +119,7 @@ struct Outputs {
         dtype(out_dtype) {}
 
   std::vector<float> as_f32() const {
-    const size_t n = output.size() / size_t(element_bytes(dtype));
-    std::vector<float> f(n);
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h = 0;
-      if (dtype != SHAPEJIT_F32) std::memcpy(&h, output.data() + 2 * i, 2);
-      if (dtype == SHAPEJIT_F32) std::memcpy(&f[i], output.data() + 4 * i, 4);
-      else f[i] = dtype == SHAPEJIT_F16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h);
-    }
-    return f;
+    return widen_to_f32(output.data(), output.size() / size_t(element_bytes(dtype)), dtype);
   }
 };
 

@@ -5,7 +5,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "ref/float16.hpp"
 
 #if defined(SHAPEJIT_BENCH_FBGEMM)
 #include <fbgemm/FbgemmEmbedding.h>
@@ -135,13 +134,7 @@ FbgemmRunner::FbgemmRunner(const Workload& w, const DtypeTable* table, shapejit_
   if (weighted) {
     if (kind_of(dtype) == KernelKind::kHalf) {
       // The table's 16-bit weights widened: the values shapejit's kernels and reference multiply by.
-      const auto* bits = static_cast<const uint8_t*>(table->per_sample_weights());
-      weights_.resize(size_t(w.num_indices()));
-      for (size_t i = 0; i < weights_.size(); ++i) {
-        uint16_t h = 0;
-        std::memcpy(&h, bits + 2 * i, 2);
-        weights_[i] = dtype == SHAPEJIT_F16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h);
-      }
+      weights_ = widen_to_f32(table->per_sample_weights(), size_t(w.num_indices()), dtype);
     } else {
       weights_ = w.per_sample_weights();
     }
@@ -157,18 +150,7 @@ void FbgemmRunner::run(int64_t set) {
 
 std::vector<float> FbgemmRunner::output_f32() const {
   const shapejit_dtype dtype = kernel_.output_dtype();
-  const size_t n = output_.size() / (dtype == SHAPEJIT_F32 ? 4 : 2);
-  std::vector<float> f(n);
-  if (dtype == SHAPEJIT_F32) {
-    std::memcpy(f.data(), output_.data(), n * 4);
-    return f;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h = 0;
-    std::memcpy(&h, output_.data() + 2 * i, 2);
-    f[i] = dtype == SHAPEJIT_F16 ? ref::f16_to_f32(h) : ref::bf16_to_f32(h);
-  }
-  return f;
+  return widen_to_f32(output_.data(), output_.size() / (dtype == SHAPEJIT_F32 ? 4 : 2), dtype);
 }
 
 }  // namespace shapejit::bench

@@ -436,6 +436,21 @@ shapejit_embedding_bag_shapes stand_in_shapes() {
   return s;
 }
 
+// Guarded outputs for a call: of its shapes when they are known, else the stand-ins.
+GuardedOutputs outputs_for(const Call& c, const shapejit_embedding_bag_shapes& shapes, bool shapes_ok) {
+  return GuardedOutputs(shapes_ok ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
+                        shapes_ok ? output_dtype(c) : SHAPEJIT_F32, shapes_ok ? output_stride(c) : 0);
+}
+
+// The pointers of `out` to pass where the call alone passed `alone` (NULL where it passed NULL).
+void pointers_like(void* const alone[4], GuardedOutputs& out, void* p[4]) {
+  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs)
+    p[int(which)] = alone[int(which)] ? out.data(which) : nullptr;
+}
+
+// A message with its addresses blanked: runs into other buffers name other addresses.
+std::string without_addresses(const std::string& m) { return std::regex_replace(m, std::regex("0x[0-9a-f]+"), "0x"); }
+
 // Whether any of the fuzzer's outputs shares a byte with [begin, end).
 bool holds_output(uintptr_t begin, uintptr_t end, const GuardedOutputs& out) {
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) {
@@ -484,11 +499,9 @@ void run_in_group(const Call& c, void* const ptr_alone[4], shapejit_status statu
   if (shapejit_embedding_bag_output_shapes(&small, &small_shapes) != SHAPEJIT_OK) fail("the small call is invalid");
   GuardedOutputs small_out(small_shapes, 0xEE, true);
 
-  GuardedOutputs out(shapes_ok ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
-                     shapes_ok ? output_dtype(c) : SHAPEJIT_F32, shapes_ok ? output_stride(c) : 0);
+  GuardedOutputs out = outputs_for(c, shapes, shapes_ok);
   void* p[4];
-  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs)
-    p[int(which)] = ptr_alone[int(which)] ? out.data(which) : nullptr;
+  pointers_like(ptr_alone, out, p);
   const size_t k = size_t(c.args.num_indices & 1);  // the fuzzed call's position
   const shapejit_embedding_bag_ex_args* calls[2];
   shapejit_embedding_bag_outputs outs[2];
@@ -517,10 +530,9 @@ void run_in_group(const Call& c, void* const ptr_alone[4], shapejit_status statu
   }
   if (status != SHAPEJIT_OK) {
     // The group's outputs are other buffers: addresses in the messages differ.
-    const auto no_addresses = [](const std::string& m) { return std::regex_replace(m, std::regex("0x[0-9a-f]+"), "0x"); };
     const std::string rule = message.rfind("embedding_bag: ", 0) == 0 ? message.substr(15) : message;
     const std::string want = "embedding_bags: calls[" + std::to_string(k) + "]: " + rule;
-    if (!claims_outputs && no_addresses(group_message) != no_addresses(want))
+    if (!claims_outputs && without_addresses(group_message) != without_addresses(want))
       fail("in a group the message is '" + group_message + "', not '" + want + "'");
     if (!out.untouched() || !small_out.untouched()) fail("a rejected group changed an output: " + group_message);
     return;
@@ -539,11 +551,9 @@ void run_prepared(const Call& c, void* const ptr_alone[4], shapejit_status statu
   shapejit_embedding_bag_ex_args plain_ex{};
   shapejit_embedding_bag_ex_init(&plain_ex, &c.args);
   const shapejit_embedding_bag_ex_args& form = c.use_ex ? c.ex : plain_ex;
-  GuardedOutputs out(shapes_ok ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
-                     shapes_ok ? output_dtype(c) : SHAPEJIT_F32, shapes_ok ? output_stride(c) : 0);
+  GuardedOutputs out = outputs_for(c, shapes, shapes_ok);
   void* p[4];
-  for (EmbagOutput which : shapejit::test::kAllEmbagOutputs)
-    p[int(which)] = ptr_alone[int(which)] ? out.data(which) : nullptr;
+  pointers_like(ptr_alone, out, p);
   shapejit_embedding_bag_prepared* prepared = nullptr;
   shapejit_status got = shapejit_embedding_bag_prepare(&form, &prepared);
   shapejit::fuzz::check_status(got, "shapejit_embedding_bag_prepare");
@@ -559,8 +569,7 @@ void run_prepared(const Call& c, void* const ptr_alone[4], shapejit_status statu
   if (const std::string g = out.check_guards(); !g.empty()) fail("prepared: " + g);
   // As in a group, a claimed input may hold some outputs of one run and not the other's.
   const bool claims_outputs = claimed_input_holds_output(c, alone) || claimed_input_holds_output(c, out);
-  const auto no_addresses = [](const std::string& m) { return std::regex_replace(m, std::regex("0x[0-9a-f]+"), "0x"); };
-  if (got != status || (got != SHAPEJIT_OK && no_addresses(got_message) != no_addresses(message))) {
+  if (got != status || (got != SHAPEJIT_OK && without_addresses(got_message) != without_addresses(message))) {
     if (!claims_outputs)
       fail("alone the call gave status " + std::to_string(int(status)) + " (" + message + "), prepared " +
            std::to_string(int(got)) + " (" + got_message + ")");
@@ -592,9 +601,7 @@ void run_call(const Call& c) {
     return;
   }
 
-  GuardedOutputs out(shape_status == SHAPEJIT_OK ? shapes : stand_in_shapes(), 0xCD, c.null_when_empty,
-                     shape_status == SHAPEJIT_OK ? output_dtype(c) : SHAPEJIT_F32,
-                     shape_status == SHAPEJIT_OK ? output_stride(c) : 0);
+  GuardedOutputs out = outputs_for(c, shapes, shape_status == SHAPEJIT_OK);
   void* ptr[4];
   for (EmbagOutput which : shapejit::test::kAllEmbagOutputs) ptr[int(which)] = out.data(which);
   bool nulled_nonempty = false;

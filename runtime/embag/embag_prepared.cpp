@@ -29,10 +29,6 @@ void EmbagPrepared::run(const shapejit_embedding_bag_batch& batch, void* output,
                     max_indices);
 }
 
-shapejit_embedding_bag_batch batch_of(const shapejit_embedding_bag_args& call) {
-  return {call.indices, call.num_indices, call.offsets, call.num_offsets, call.per_sample_weights};
-}
-
 namespace {
 
 // How many forms a thread remembers: enough for a few tables called in turn (a number chosen,
@@ -47,9 +43,7 @@ shapejit_embedding_bag_ex_args form_key(const shapejit_embedding_bag_ex_args& ar
   static const float kWeightsPresent = 0.0f;
   shapejit_embedding_bag_ex_args key;
   std::memcpy(&key, &args, sizeof key);
-  key.call.indices = key.call.offsets = nullptr;
-  key.call.num_indices = key.call.num_offsets = 0;
-  key.call.per_sample_weights = args.call.per_sample_weights ? &kWeightsPresent : nullptr;
+  put_batch(key.call, {nullptr, 0, nullptr, 0, args.call.per_sample_weights ? &kWeightsPresent : nullptr});
   return key;
 }
 
@@ -70,24 +64,25 @@ thread_local RecentForms t_recent_forms;
 void run_embedding_bag_remembering(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                                    void* bag_size, void* max_indices) {
   const shapejit_embedding_bag_ex_args key = form_key(args);
+  const shapejit_embedding_bag_batch batch = batch_of(args.call);
   const jit::Isa isa = selected_isa();
   RecentForms& recent = t_recent_forms;
   for (const RememberedForm& slot : recent.slots) {
     if (!slot.prepared || slot.isa != isa || std::memcmp(&slot.key, &key, sizeof key) != 0) continue;
     if (isa != jit::Isa::kScalar) embag_kernel_cache().count_remembered(slot.prepared->kernel());
-    return slot.prepared->run(batch_of(args.call), output, offset2bag, bag_size, max_indices);
+    return slot.prepared->run(batch, output, offset2bag, bag_size, max_indices);
   }
   // A new form: its rules checked here, so a call breaking one gets the whole call's message.
   EmbagPrepared prepared(args, isa);
   if (isa != jit::Isa::kScalar && EmbagKernelCache::bound_fallback(prepared.kernel()))
-    return prepared.run(batch_of(args.call), output, offset2bag, bag_size, max_indices);
+    return prepared.run(batch, output, offset2bag, bag_size, max_indices);
   RememberedForm& slot = recent.slots[recent.next];
   recent.next = (recent.next + 1) % kRememberedForms;
   slot.prepared.reset();  // the key below must never describe another slot's form
   std::memcpy(&slot.key, &key, sizeof key);  // bytewise, padding included, as it is compared
   slot.isa = isa;
   slot.prepared.emplace(std::move(prepared));
-  slot.prepared->run(batch_of(args.call), output, offset2bag, bag_size, max_indices);
+  slot.prepared->run(batch, output, offset2bag, bag_size, max_indices);
 }
 
 }  // namespace shapejit::rt

@@ -38,9 +38,6 @@ class EmbagPrepared {
   EmbagKernelHandle kernel_;  // none when isa_ runs the reference
 };
 
-/// The batch of a call: its indices, offsets, their counts and its weights' pointer.
-shapejit_embedding_bag_batch batch_of(const shapejit_embedding_bag_args& call);
-
 /// A complete one-shot call (complete_ex_args) run as a batch of its form, prepared: the form
 /// comes from the calling thread's recent forms when it is one of them (no form rules, no key,
 /// no lookup: the cache counts the hit a lookup would), else it is prepared and remembered.

@@ -442,12 +442,23 @@ EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args, IndexR
   return p;
 }
 
+shapejit_embedding_bag_batch batch_of(const shapejit_embedding_bag_args& call) {
+  return {call.indices, call.num_indices, call.offsets, call.num_offsets, call.per_sample_weights};
+}
+
+void put_batch(shapejit_embedding_bag_args& call, const shapejit_embedding_bag_batch& batch) {
+  call.indices = batch.indices;
+  call.num_indices = batch.num_indices;
+  call.offsets = batch.offsets;
+  call.num_offsets = batch.num_offsets;
+  call.per_sample_weights = batch.per_sample_weights;
+}
+
 EmbagCallPlan plan_embedding_bag_form(const shapejit_embedding_bag_ex_args& args) {
   EmbagCallPlan p(args);
-  shapejit_embedding_bag_args& a = p.args.call;
-  // The batch's fields are not the form's: cleared, so nothing of them is validated or kept.
-  a.indices = a.offsets = nullptr;
-  a.num_indices = a.num_offsets = 0;
+  // The batch's fields are not the form's: cleared, so nothing of them is validated or kept
+  // (the weights' pointer stays: whether there are weights is the form's).
+  put_batch(p.args.call, {nullptr, 0, nullptr, 0, p.args.call.per_sample_weights});
   validate_detail::validate_form(p);
   return p;
 }
@@ -463,12 +474,7 @@ EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit
   if (!form.weighted && batch.per_sample_weights)
     invalid_with([] { return std::string("per_sample_weights is given but the call was prepared without weights"); });
   EmbagCallPlan p = form.copy_of_form();
-  shapejit_embedding_bag_args& a = p.args.call;
-  a.indices = batch.indices;
-  a.num_indices = batch.num_indices;
-  a.offsets = batch.offsets;
-  a.num_offsets = batch.num_offsets;
-  a.per_sample_weights = batch.per_sample_weights;
+  put_batch(p.args.call, batch);
   validate_detail::validate_batch(p, when);
   return p;
 }

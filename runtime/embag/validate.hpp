@@ -42,6 +42,12 @@ EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_ex_args& args,
 EmbagCallPlan plan_embedding_bag(const shapejit_embedding_bag_args& args,
                                  IndexRangeCheck when = IndexRangeCheck::kInPlan);
 
+/// The batch of a call: its indices, offsets, their counts and its weights' pointer.
+shapejit_embedding_bag_batch batch_of(const shapejit_embedding_bag_args& call);
+/// Puts `batch` into `call` (batch_of's inverse): with batch_of, the one place that says which
+/// fields of a call are the batch's.
+void put_batch(shapejit_embedding_bag_args& call, const shapejit_embedding_bag_batch& batch);
+
 /// The form of a call (every rule that does not read the batch: indices, offsets, their counts
 /// and the weights' pointer; whether there are weights is the form's), for a prepared call: the
 /// plan's batch fields stay unset. `args` must be complete (complete_ex_args).

@@ -12,6 +12,7 @@
 #include "oom/oom_cases.hpp"
 #include "runtime/engine/isa_select.hpp"
 #include "support/embag_cases.hpp"
+#include "support/prepared_embag.hpp"
 
 namespace {
 
@@ -218,8 +219,7 @@ TEST_CASE("out of memory: a prepared embedding bag fails cleanly at every alloca
     REQUIRE(shapejit_embedding_bag_prepare(&form, &prepared) == SHAPEJIT_OK);
     GuardedOutputs expected(in.shapes(), 0x11);
     REQUIRE(expected.run(in.args()) == SHAPEJIT_OK);
-    const shapejit_embedding_bag_batch batch{in.args().indices, in.args().num_indices, in.args().offsets,
-                                             in.args().num_offsets, in.args().per_sample_weights};
+    const shapejit_embedding_bag_batch batch = shapejit::test::batch_of(in.args());
     const SweepStats run = shapejit::test::oom::sweep_allocations([&](int64_t k) {
       GuardedOutputs got(in.shapes(), 0xCD);
       Attempt a;
