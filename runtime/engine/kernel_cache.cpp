@@ -1,6 +1,6 @@
 // KernelCache<Key>. The lock guards only the map, the counters and the code reservation: a
-// compilation runs outside it, published through a promise that is settled on every path (value
-// or exception), and a failed entry leaves the map before its waiters wake, so the next lookup
+// compilation runs outside it, published through a promise that is settled on every path (the kernel
+// or the failure as a status and message), and a failed entry leaves the map before its waiters wake, so the next lookup
 // starts afresh. Reserving before compiling is what keeps the code-memory limit exact: checking
 // only the code already held would let every compilation in flight pass the same check.
 // A forked child has none of the threads whose compilations were in flight: their entries would
@@ -152,8 +152,8 @@ KernelHandle<Key> KernelCache<Key>::get_remembered(const Key& wanted, Key (*reso
 
 template <class Key>
 KernelHandle<Key> KernelCache<Key>::get_slow(const Key& key) {
-  std::shared_future<Compiled> pending;
-  std::promise<Compiled> promise;
+  std::shared_future<Outcome> pending;
+  std::promise<Outcome> promise;
   bool compile_here = false;
   // The first reservation is a guess that only has to be cheap: the largest kernel emitted so
   // far rarely needs to grow once the code is emitted, and a key already refused for its size
@@ -186,16 +186,11 @@ KernelHandle<Key> KernelCache<Key>::get_slow(const Key& key) {
     return Handle(key, c.fn, c.generic);
   }
   if (pending.valid()) {
-    Compiled c;
-    try {
-      c = pending.get();  // waits for the in-flight compilation
-    } catch (const Error& e) {
-      // Each waiter throws its own copy: the shared exception object is not touched by
-      // several threads at once (what ThreadSanitizer would see through an uninstrumented
-      // libstdc++ as a race).
-      throw Error(e.status(), e.what());
-    }
-    return Handle(key, c.fn, c.generic);
+    const Outcome& outcome = pending.get();  // waits for the in-flight compilation
+    if (outcome.failure != Status::kOk)
+      throw Error(outcome.failure, outcome.message.empty() ? "compiling " + key.name() + ": out of memory"
+                                                           : outcome.message);
+    return Handle(key, outcome.compiled.fn, outcome.compiled.generic);
   }
   return Handle(key, Kind::generic(key), true);
 }
@@ -240,7 +235,7 @@ void KernelCache<Key>::reset_in_child() {
 
 template <class Key>
 typename KernelCache<Key>::Compiled KernelCache<Key>::compile_now(const Key& key, asmjit::JitRuntime& runtime,
-                                                                  std::promise<Compiled>& promise, int64_t reserved) {
+                                                                  std::promise<Outcome>& promise, int64_t reserved) {
   const auto t0 = std::chrono::steady_clock::now();
   try {  // from the first allocation on (the admission's std::function), so the promise is always kept
     bool asked = false, refused = false;
@@ -263,7 +258,7 @@ typename KernelCache<Key>::Compiled KernelCache<Key>::compile_now(const Key& key
         release_reservation_locked(reserved);
         kernels_.erase(key);  // not cached: a higher limit lets the key compile
       }
-      promise.set_value(c);
+      promise.set_value(Outcome{c, Status::kOk, {}});
       return c;
     }
     if (generated.fn == nullptr)
@@ -286,7 +281,7 @@ typename KernelCache<Key>::Compiled KernelCache<Key>::compile_now(const Key& key
       slot.ready = c;  // from now on lookups take the hit path
       slot.pending = {};
     }
-    promise.set_value(c);
+    promise.set_value(Outcome{c, Status::kOk, {}});
     return c;
   } catch (...) {
     const int64_t ns = nanoseconds_since(t0);
@@ -298,11 +293,19 @@ typename KernelCache<Key>::Compiled KernelCache<Key>::compile_now(const Key& key
       release_reservation_locked(reserved);  // the failed code (if any) is not counted
       kernels_.erase(key);  // never cache a failure: the next lookup compiles again
     }
+    Outcome failed{{}, Status::kOutOfMemory, {}};  // what waiters get if the message cannot be built
     try {
       error = as_shapejit_error(error, key);
-    } catch (...) {  // no memory for the message: pass the original on rather than lose the promise
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      failed.failure = e.status();
+      try {
+        failed.message = e.what();
+      } catch (...) {  // no memory for the copy: the status still reaches the waiters
+      }
+    } catch (...) {
     }
-    promise.set_exception(error);
+    promise.set_value(std::move(failed));
     std::rethrow_exception(error);
   }
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <unordered_map>
 
 #include "jit/embag_codegen.hpp"
@@ -20,6 +21,7 @@
 #include "jit/gemm_codegen.hpp"
 #include "jit/gemm_kernel.hpp"
 #include "jit/runtime_add.hpp"
+#include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
 
@@ -194,12 +196,20 @@ class KernelCache {
     Fn fn = nullptr;
     bool generic = false;
   };
+  // What waiters of an in-flight compilation receive. A failure travels as a status and a message
+  // held by the future's shared state (never as one exception object shared between threads: its
+  // reference count lives in uninstrumented libsupc++), and each waiter throws its own Error.
+  struct Outcome {
+    Compiled compiled;
+    Status failure = Status::kOk;
+    std::string message;
+  };
   // A key's entry: in flight (pending valid, ready.fn null) or compiled (ready.fn set).
   struct Slot {
-    std::shared_future<Compiled> pending;
+    std::shared_future<Outcome> pending;
     Compiled ready;
   };
-  Compiled compile_now(const Key& key, asmjit::JitRuntime& runtime, std::promise<Compiled>& promise,
+  Compiled compile_now(const Key& key, asmjit::JitRuntime& runtime, std::promise<Outcome>& promise,
                        int64_t reserved);
   // The runtime new code goes to, replacing one inherited from a forking parent first (may throw
   // std::bad_alloc). Called with mutex_ held.
