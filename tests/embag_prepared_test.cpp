@@ -306,3 +306,47 @@ TEST_CASE("one-shot calls through remembered forms equal the reference, whatever
   }
   CHECK(failing == 0);
 }
+
+// A prepared run whose buffers (pointers and counts) are those of its thread's last batch that
+// passed the buffer rules skips those rules (runtime/embag/embag_prepared.cpp, LastBatch): each
+// count and pointer below changes alone, and the rule it breaks must be seen, the outputs untouched.
+TEST_CASE("prepared embedding bag: the buffer rules are skipped only for the very buffers that passed them") {
+  std::vector<float> table(8 * 2, 1.0f);
+  const shapejit_embedding_bag_ex_args ex = f32_form(table.data(), 8, 2, SHAPEJIT_SUM);
+  shapejit_embedding_bag_prepared* prepared = nullptr;
+  REQUIRE(shapejit_embedding_bag_prepare(&ex, &prepared) == SHAPEJIT_OK);
+  // One int64 arena: indices at [0], the output's 2 floats at [4] (index 0 while zero), offsets at [8].
+  std::vector<int64_t> arena(16, 0);
+  int64_t* indices = arena.data();
+  float* output = reinterpret_cast<float*>(arena.data() + 4);
+  int64_t* offsets = arena.data() + 8;
+  int64_t sizes[4] = {-1, -1, -1, -1}, maxi[4] = {-1, -1, -1, -1};  // sum mode: shaped like the offsets
+  const auto run = [&](int64_t n, int64_t o, float* out) {
+    const shapejit_embedding_bag_batch batch{indices, n, offsets, o, nullptr};
+    return shapejit_embedding_bag_prepared_run(prepared, &batch, out, nullptr, sizes, maxi);
+  };
+  const auto rejected_untouched = [&](shapejit_status status, const char* rule) {
+    CHECK(status == SHAPEJIT_INVALID_ARGUMENT);
+    CHECK_MESSAGE(std::string(shapejit_last_error()).find(rule) != std::string::npos, shapejit_last_error());
+    CHECK(arena[4] == 0);  // the output's floats, zeroed before each run
+  };
+  for (int round = 0; round < 2; ++round) {  // the second round starts from buffers that passed
+    arena[4] = 0;
+    REQUIRE_MESSAGE(run(2, 1, output) == SHAPEJIT_OK, shapejit_last_error());  // indices [0, 2): clear of the output
+    CHECK(output[0] == 2.0f);
+    arena[4] = 0;
+    rejected_untouched(run(5, 1, output), "overlaps");  // 5 indices reach the output at [4]
+    arena[4] = 0;
+    REQUIRE(run(2, 1, output) == SHAPEJIT_OK);
+    arena[4] = 0;
+    offsets = arena.data() + 2;  // offsets {0, 0, 0}: the third reaches the output
+    rejected_untouched(run(2, 3, output), "overlaps");
+    offsets = arena.data() + 8;
+    arena[4] = 0;
+    REQUIRE(run(2, 1, output) == SHAPEJIT_OK);
+    arena[4] = 0;
+    rejected_untouched(run(2, 1, reinterpret_cast<float*>(reinterpret_cast<char*>(output) + 2)), "aligned");
+    rejected_untouched(run(2, 1, nullptr), "null");
+  }
+  CHECK(shapejit_embedding_bag_prepared_destroy(prepared) == SHAPEJIT_OK);
+}

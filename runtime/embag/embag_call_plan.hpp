@@ -66,6 +66,10 @@ struct EmbagCallPlan {
   /// share; one it reads nothing of is the inverted range [2^64 - 1, 0) (runtime/validate_buffers).
   std::array<ByteRange, 5> input_ranges{};
 
+  /// The prepared form the plan was made from (plan_embedding_bag_form: unique in the process,
+  /// never reused), 0 for a one-shot call's plan.
+  uint64_t form_id = 0;
+
   std::vector<int64_t> span_storage64;  ///< normalised spans for int64 offsets (lengths form)
   std::vector<int32_t> span_storage32;  ///< normalised spans for int32 offsets (lengths form)
 

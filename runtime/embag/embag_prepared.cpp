@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "runtime/embag/embag_kernel_call.hpp"
@@ -23,10 +24,80 @@ EmbagCallPlan EmbagPrepared::plan(const shapejit_embedding_bag_batch& batch, Ind
   return plan_embedding_bag_batch(form_, batch, when);
 }
 
+namespace {
+
+// A batch's buffers as the buffer rules see them beside the form: pointers and counts (every
+// byte count follows from the form and the two counts).
+struct BatchBuffers {
+  const void* indices;
+  int64_t num_indices;
+  const void* offsets;
+  int64_t num_offsets;
+  const void* per_sample_weights;
+  const void* output;
+  const void* offset2bag;
+  const void* bag_size;
+  const void* max_indices;
+  bool operator==(const BatchBuffers&) const = default;
+};
+
+// What a thread keeps of its last prepared batch, so the next batch of the same form costs its
+// own rules only: the plan that batch filled (the form's copy, refilled instead of copied again)
+// and the buffers that last passed the buffer rules (alignment, nulls, no output overlapping
+// anything) with this form. Those rules read nothing but the form and BatchBuffers, so the same
+// buffers pass again untested; their contents (offsets, indices) are checked on every batch.
+// Nothing a run calls runs another prepared run on its thread, so the plan is never in use twice.
+struct LastBatch {
+  uint64_t form_id = 0;  // the form `plan` holds (0: none)
+  EmbagCallPlan plan;
+  bool passed = false;   // `buffers` passed the buffer rules with this form, their input ranges in `ranges`
+  BatchBuffers buffers{};
+  std::array<ByteRange, 5> ranges{};
+};
+// The thread's LastBatch, reached through a trivial thread_local pointer: one TLS access per
+// run (a thread_local LastBatch would add its initialisation guard's). The owner frees it when
+// the thread ends.
+constinit thread_local LastBatch* t_last_batch = nullptr;
+
+[[gnu::noinline]] LastBatch& make_last_batch() {
+  struct Owner {
+    std::unique_ptr<LastBatch> batch;
+    ~Owner() { t_last_batch = nullptr; }
+  };
+  thread_local Owner owner;
+  owner.batch = std::make_unique<LastBatch>();
+  t_last_batch = owner.batch.get();
+  return *t_last_batch;
+}
+
+LastBatch& last_batch() {
+  if (LastBatch* last = t_last_batch) [[likely]]
+    return *last;
+  return make_last_batch();
+}
+
+}  // namespace
+
 void EmbagPrepared::run(const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag, void* bag_size,
                         void* max_indices) const {
-  run_embedding_bag(plan(batch, IndexRangeCheck::kByRunner), isa_, kernel_, output, offset2bag, bag_size,
-                    max_indices);
+  LastBatch& last = last_batch();
+  if (last.form_id != form_.form_id) {
+    last.form_id = 0;  // until the copy is whole
+    last.passed = false;
+    last.plan = form_.copy_of_form();
+    last.form_id = form_.form_id;
+  }
+  const BatchBuffers buffers{batch.indices, batch.num_indices, batch.offsets,  batch.num_offsets, batch.per_sample_weights,
+                             output,        offset2bag,        bag_size,       max_indices};
+  const bool known = last.passed && buffers == last.buffers;
+  plan_embedding_bag_batch_into(last.plan, batch, IndexRangeCheck::kByRunner, known ? &last.ranges : nullptr);
+  run_embedding_bag(last.plan, isa_, kernel_, output, offset2bag, bag_size, max_indices,
+                    known ? OutputRules::kPassed : OutputRules::kCheck);
+  if (!known) {
+    last.buffers = buffers;
+    last.ranges = last.plan.input_ranges;
+    last.passed = true;
+  }
 }
 
 namespace {

@@ -4,6 +4,9 @@
 // and it runs on the one path every call takes (embedding_bag.hpp), the kernel not looked up.
 // One-shot calls use the same: the thread remembers the forms of its last calls prepared
 // (run_embedding_bag_remembering), so a call repeating a recent form runs as a batch of it.
+// Each thread keeps its last batch's plan and the buffers that last passed the buffer rules
+// (embag_prepared.cpp, LastBatch): a batch of the same form refills that plan instead of copying
+// the form, and buffers equal to those (pointers and counts) skip the rules they passed.
 #pragma once
 
 #include "jit/isa.hpp"

@@ -7,7 +7,6 @@
 #include "runtime/embag/embedding_bag.hpp"
 
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,25 +63,13 @@ void finish_kernel_call(const EmbagCallPlan& plan, const EmbagKernelHandle& kern
 
 namespace {
 
-// run_embedding_bag's body, with the kernel looked up on `isa` or, for a prepared call, bound.
-void run_planned(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle* bound, void* output,
-                 void* offset2bag, void* bag_size, void* max_indices) {
-  indices_first(plan, [&] { validate_embedding_bag_outputs(plan, output, offset2bag, bag_size, max_indices); });
-
-  if (runs_reference(plan, isa)) {
-    if (plan.index_range_deferred) check_indices(plan);
-    ref::embedding_bag(plan.args, output, offset2bag, bag_size, max_indices);
-    return;
-  }
-  // A prepared call's handle is used where it lives (a handle carries its whole key).
-  std::optional<EmbagKernelHandle> looked_up;
-  if (!bound) looked_up.emplace(indices_first(plan, [&] { return embag_kernel_for(plan, isa); }));
-  const EmbagKernelHandle& kernel = bound ? *bound : *looked_up;
+// A planned call whose outputs passed their rules, on `kernel`.
+void run_on_kernel(const EmbagCallPlan& plan, const EmbagKernelHandle& kernel, const EmbagOutputs& out) {
   BagSchedule schedule =
       indices_first(plan, [&] { return BagSchedule(plan.offsets, plan.num_bags, plan.num_indices, plan.dim); });
   // From here on nothing allocates but oneTBB, whose failures the schedule absorbs. A deferred
   // index check runs in the kernels' region, before any of them (one fork for both).
-  const jit::EmbagKernelArgs base = make_embag_kernel_args(plan, output, offset2bag, bag_size, max_indices);
+  const jit::EmbagKernelArgs base = make_embag_kernel_args(plan, out.output, out.offset2bag, out.bag_size, out.max_indices);
   const bool indices_ok = schedule.run(
       plan.index_range_deferred ? index_check_end(plan) : 0,
       [&](int64_t begin, int64_t end) { return indices_in_range(plan, begin, end); },
@@ -91,19 +78,35 @@ void run_planned(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandl
     check_indices(plan);
     throw Error(Status::kInternalError, "embedding_bag: a part of the indices failed its range check, the whole passed");
   }
-  finish_kernel_call(plan, kernel, {output, offset2bag, bag_size, max_indices});
+  finish_kernel_call(plan, kernel, out);
+}
+
+// run_embedding_bag's body, with the kernel looked up on `isa` or, for a prepared call, bound.
+void run_planned(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle* bound, void* output,
+                 void* offset2bag, void* bag_size, void* max_indices, OutputRules rules) {
+  if (rules == OutputRules::kCheck)
+    indices_first(plan, [&] { validate_embedding_bag_outputs(plan, output, offset2bag, bag_size, max_indices); });
+  if (runs_reference(plan, isa)) {
+    if (plan.index_range_deferred) check_indices(plan);
+    ref::embedding_bag(plan.args, output, offset2bag, bag_size, max_indices);
+    return;
+  }
+  const EmbagOutputs out{output, offset2bag, bag_size, max_indices};
+  // A prepared call's handle is used where it lives (a handle carries its whole key).
+  if (bound) return run_on_kernel(plan, *bound, out);
+  run_on_kernel(plan, indices_first(plan, [&] { return embag_kernel_for(plan, isa); }), out);
 }
 
 }  // namespace
 
 void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag, void* bag_size,
                        void* max_indices) {
-  run_planned(plan, selected_isa(), nullptr, output, offset2bag, bag_size, max_indices);
+  run_planned(plan, selected_isa(), nullptr, output, offset2bag, bag_size, max_indices, OutputRules::kCheck);
 }
 
 void run_embedding_bag(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle& kernel, void* output,
-                       void* offset2bag, void* bag_size, void* max_indices) {
-  run_planned(plan, isa, &kernel, output, offset2bag, bag_size, max_indices);
+                       void* offset2bag, void* bag_size, void* max_indices, OutputRules rules) {
+  run_planned(plan, isa, &kernel, output, offset2bag, bag_size, max_indices, rules);
 }
 
 namespace {

@@ -18,10 +18,14 @@ namespace shapejit::rt {
 void run_embedding_bag(const EmbagCallPlan& plan, void* output, void* offset2bag, void* bag_size,
                        void* max_indices);
 
+/// Whether a run tests its output buffers' rules (kCheck) or knows they pass: a prepared call
+/// whose outputs and inputs are those of its last batch that passed (embag_prepared.cpp).
+enum class OutputRules { kCheck, kPassed };
+
 /// The same with the kernel already chosen (a prepared call, runtime/embag/embag_prepared.hpp):
 /// `kernel` is embag_kernel_for(plan, isa) of a plan of the same form, not looked up again.
 void run_embedding_bag(const EmbagCallPlan& plan, jit::Isa isa, const EmbagKernelHandle& kernel, void* output,
-                       void* offset2bag, void* bag_size, void* max_indices);
+                       void* offset2bag, void* bag_size, void* max_indices, OutputRules rules = OutputRules::kCheck);
 
 /// Validates a complete extended call (validate.hpp, complete_ex_args), then runs it: as a
 /// batch of its form, which the thread remembers (embag_prepared.hpp,

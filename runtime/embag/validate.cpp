@@ -1,11 +1,13 @@
 // Each check names the argument, the offending value and the rule. Messages follow ATen's
 // wording where ATen has a check; the rest are shapejit's own (ATen crashes there). The order:
-// the form's rules (dtypes, the table's sizes, the extended options, options: validate_form),
-// then the batch's (counts and sizes, input alignment before any input is read, offsets
+// the form's rules (dtypes, the table's sizes, the extended options, options, the table's and
+// the mapping's alignment: validate_form), then the batch's (counts and sizes, the alignment of
+// indices, offsets and weights before any input is read, offsets
 // (validate_offsets.cpp), indices and the mapping entries they read, the shapes: validate_batch).
 #include "runtime/embag/validate.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <limits>
@@ -402,12 +404,18 @@ void validate_form(EmbagCallPlan& p) {
   check_mapping(p);
   check_options(p);
   p.index_outputs = p.args.skip_index_outputs == 0;
+  check_form_input_buffers(p);
 }
 
-// The rules of the batch, on a plan whose form passed validate_form.
-void validate_batch(EmbagCallPlan& p, IndexRangeCheck when) {
+// The rules of the batch, on a plan whose form passed validate_form (its batch fields as another
+// batch may have left them: every one is rewritten here). `passed_ranges`: the input buffers'
+// rules passed with these pointers and counts before (plan_embedding_bag_batch_into).
+void validate_batch(EmbagCallPlan& p, IndexRangeCheck when, const std::array<ByteRange, 5>* passed_ranges = nullptr) {
+  p.partial_final_offset = false;  // the only batch fields the steps below set on some paths only
+  p.index_range_deferred = false;
   check_batch_sizes(p);
-  check_input_buffers(p);  // before the offsets, indices and mapping are read below
+  if (passed_ranges) p.input_ranges = *passed_ranges;
+  else check_batch_input_buffers(p);  // before the offsets, indices and mapping are read below
   check_offsets(p);
   // A pruned table's mapping entries are read through the indices, so those stay here; a few
   // indices cost less here than any hand-over.
@@ -460,12 +468,22 @@ EmbagCallPlan plan_embedding_bag_form(const shapejit_embedding_bag_ex_args& args
   // (the weights' pointer stays: whether there are weights is the form's).
   put_batch(p.args.call, {nullptr, 0, nullptr, 0, p.args.call.per_sample_weights});
   validate_detail::validate_form(p);
+  static std::atomic<uint64_t> forms_made{0};
+  p.form_id = forms_made.fetch_add(1, std::memory_order_relaxed) + 1;
   return p;
 }
 
 EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit_embedding_bag_batch& batch,
                                        IndexRangeCheck when) {
+  EmbagCallPlan p = form.copy_of_form();
+  plan_embedding_bag_batch_into(p, batch, when);
+  return p;
+}
+
+void plan_embedding_bag_batch_into(EmbagCallPlan& p, const shapejit_embedding_bag_batch& batch, IndexRangeCheck when,
+                                   const std::array<ByteRange, 5>* passed_ranges) {
   using validate_detail::invalid_with;
+  const EmbagCallPlan& form = p;  // the form's fields, which no batch changes
   if (form.weighted && !batch.per_sample_weights && batch.num_indices > 0)
     invalid_with([&] {
       return "per_sample_weights is null but the call was prepared with weights (" +
@@ -473,10 +491,8 @@ EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit
     });
   if (!form.weighted && batch.per_sample_weights)
     invalid_with([] { return std::string("per_sample_weights is given but the call was prepared without weights"); });
-  EmbagCallPlan p = form.copy_of_form();
   put_batch(p.args.call, batch);
-  validate_detail::validate_batch(p, when);
-  return p;
+  validate_detail::validate_batch(p, when, passed_ranges);
 }
 
 int64_t index_check_end(const EmbagCallPlan& p) {

@@ -59,6 +59,14 @@ EmbagCallPlan plan_embedding_bag_form(const shapejit_embedding_bag_ex_args& args
 EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit_embedding_bag_batch& batch,
                                        IndexRangeCheck when = IndexRangeCheck::kInPlan);
 
+/// plan_embedding_bag_batch into `plan`, a copy of the same form (copy_of_form) that earlier
+/// batches may have filled: every field of the batch is rewritten. With `passed_ranges`, the
+/// batch's input buffers passed their rules before with these very pointers and counts (a
+/// prepared call's memory of its last buffers: the rules read nothing else), and their ranges
+/// are taken as given instead of checked again.
+void plan_embedding_bag_batch_into(EmbagCallPlan& plan, const shapejit_embedding_bag_batch& batch,
+                                   IndexRangeCheck when, const std::array<ByteRange, 5>* passed_ranges = nullptr);
+
 /// The index positions validation checks: [0, index_check_end(plan)) (the positions a bag
 /// covers, and for spans every position).
 int64_t index_check_end(const EmbagCallPlan& plan);

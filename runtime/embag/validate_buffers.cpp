@@ -50,7 +50,8 @@ Buffer make_buffer(const void* data, int64_t elements, DType dtype) {
 // For a plan whose sizes passed validation (so every byte count fits in int64). The table
 // counts from its first row to the end of its last, the gaps between rows included: an output
 // placed among the rows is rejected, which no real caller needs. With no column, nothing of
-// the table is read (not even a quantized row's scale).
+// the table is read (not even a quantized row's scale). The table and the mapping are the
+// form's (a prepared call checks them once), the other three the batch's.
 std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
   const shapejit_embedding_bag_args& a = p.args.call;
   const int64_t table = p.num_rows > 0 && p.dim > 0 ? (p.num_rows - 1) * p.row_stride_bytes + p.row_bytes : 0;
@@ -64,6 +65,8 @@ std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
   in[kMapping] = make_buffer(p.mapping, p.pruned ? p.mapping_len : 0, DType::kI32);
   return in;
 }
+constexpr int kFormInputs[] = {kWeight, kMapping};
+constexpr int kBatchInputs[] = {kIndices, kOffsets, kPerSampleWeights};
 
 std::array<Buffer, kNumOutputs> output_buffers(const EmbagCallPlan& p, const void* output, const void* offset2bag,
                                                const void* bag_size, const void* max_indices) {
@@ -80,22 +83,27 @@ std::array<Buffer, kNumOutputs> output_buffers(const EmbagCallPlan& p, const voi
 
 // Every buffer the call touches is aligned to its element size: the reference and the runtime
 // load and store them as typed elements, which a misaligned address makes undefined behaviour.
-// `first` is the id of buffers[0].
-void check_alignment(const Buffer* buffers, int first, int count) {
-  for (int k = 0; k < count; ++k) {
-    const Buffer& b = buffers[k];
-    if (b.bytes != 0 && !is_aligned(b.data, b.alignment)) [[unlikely]]
-      invalid_with([&] {
-        return misaligned_message(kBufferNames[first + k], b.data, b.alignment, dtype_name(int64_t(b.element)));
-      });
-  }
+void check_alignment(const Buffer& b, int id) {
+  if (b.bytes != 0 && !is_aligned(b.data, b.alignment)) [[unlikely]]
+    invalid_with([&] {
+      return misaligned_message(kBufferNames[id], b.data, b.alignment, dtype_name(int64_t(b.element)));
+    });
 }
 
-[[noreturn, gnu::cold, gnu::noinline]] void report_first_overlap(const EmbagCallPlan& p, const void* output,
-                                                                  const void* offset2bag, const void* bag_size,
-                                                                  const void* max_indices) {
+// A call whose outputs broke a rule: the rules again, in order (null, alignment, overlap in
+// argument order), to name the first broken one.
+[[noreturn, gnu::cold, gnu::noinline]] void report_output_rule(const EmbagCallPlan& p, const void* output,
+                                                                const void* offset2bag, const void* bag_size,
+                                                                const void* max_indices) {
   const std::array<Buffer, kNumInputs> inputs = input_buffers(p);
   const std::array<Buffer, kNumOutputs> outputs = output_buffers(p, output, offset2bag, bag_size, max_indices);
+  for (int k = 0; k < kNumOutputs; ++k) {
+    const Buffer& b = outputs[size_t(k)];
+    if (!b.data && b.bytes != 0)
+      invalid(std::string(kBufferNames[kOutput + k]) + " is null but must hold " + to_string(b.bytes / b.alignment) +
+              " elements");
+  }
+  for (int k = 0; k < kNumOutputs; ++k) check_alignment(outputs[size_t(k)], kOutput + k);
   auto buffer = [&](int id) -> const Buffer& {
     return id < kOutput ? inputs[size_t(id)] : outputs[size_t(id - kOutput)];
   };
@@ -107,7 +115,7 @@ void check_alignment(const Buffer* buffers, int first, int count) {
                 describe_buffer(kBufferNames[other], buffer(other).data, buffer(other).bytes) +
                 (other < kOutput ? " (an output must not overlap an input)"
                                  : " (outputs must not overlap each other)"));
-  throw Error(Status::kInternalError, "embedding_bag: an overlap was found but no overlapping pair");
+  throw Error(Status::kInternalError, "embedding_bag: an output rule failed but none names a buffer");
 }
 
 // The range the overlap test compares: a buffer the call does not touch becomes the inverted
@@ -135,11 +143,20 @@ bool any_overlap(const std::array<ByteRange, kNumInputs>& inputs, const std::arr
 
 }  // namespace
 
-void check_input_buffers(EmbagCallPlan& plan) {
+void check_form_input_buffers(EmbagCallPlan& plan) {
   const std::array<Buffer, kNumInputs> in = input_buffers(plan);
-  check_alignment(in.data(), 0, kNumInputs);
-  for (int id = 0; id < kNumInputs; ++id)
+  for (int id : kFormInputs) {
+    check_alignment(in[size_t(id)], id);
     plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
+  }
+}
+
+void check_batch_input_buffers(EmbagCallPlan& plan) {
+  const std::array<Buffer, kNumInputs> in = input_buffers(plan);
+  for (int id : kBatchInputs) {
+    check_alignment(in[size_t(id)], id);
+    plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
+  }
 }
 
 // One buffer of a group's call, for the cross-call rule. An `output` also carries its rows'
@@ -223,20 +240,18 @@ void validate_group_outputs(std::span<const EmbagCallPlan> plans, std::span<cons
 void validate_embedding_bag_outputs(const EmbagCallPlan& plan, const void* output, const void* offset2bag,
                                     const void* bag_size, const void* max_indices) {
   using namespace validate_detail;
+  // Every rule in one branch-free pass (a call's outputs pass them); only a call that broke one
+  // walks them again, in order, for its message.
   const std::array<Buffer, kNumOutputs> out = output_buffers(plan, output, offset2bag, bag_size, max_indices);
+  bool broken = false;
+  std::array<ByteRange, kNumOutputs> ranges;
   for (int k = 0; k < kNumOutputs; ++k) {
     const Buffer& b = out[size_t(k)];
-    if (!b.data && b.bytes != 0) [[unlikely]]
-      invalid_with([&] {
-        return std::string(kBufferNames[kOutput + k]) + " is null but must hold " + to_string(b.bytes / b.alignment) +
-               " elements";
-      });
+    broken |= (b.bytes != 0) & (!b.data | !is_aligned(b.data, b.alignment));
+    ranges[size_t(k)] = overlap_range(b.data, b.bytes);
   }
-  check_alignment(out.data(), kOutput, kNumOutputs);
-  std::array<ByteRange, kNumOutputs> ranges;
-  for (int k = 0; k < kNumOutputs; ++k) ranges[size_t(k)] = overlap_range(out[size_t(k)].data, out[size_t(k)].bytes);
-  if (any_overlap(plan.input_ranges, ranges)) [[unlikely]]
-    report_first_overlap(plan, output, offset2bag, bag_size, max_indices);
+  if (broken | any_overlap(plan.input_ranges, ranges)) [[unlikely]]
+    report_output_rule(plan, output, offset2bag, bag_size, max_indices);
 }
 
 }  // namespace shapejit::rt

@@ -52,8 +52,10 @@ void check_offsets(EmbagCallPlan& plan);
 /// The first offset value of a call's offsets (caller's dtype) at k.
 int64_t offset_at(const shapejit_embedding_bag_args& a, int64_t k);
 
-/// Alignment of the input buffers of a planned call (before its offsets and indices are read);
-/// records the bytes each spans in plan.input_ranges for the output checks.
-void check_input_buffers(EmbagCallPlan& plan);
+/// Alignment of the input buffers of a planned call (before any of them is read); records the
+/// bytes each spans in plan.input_ranges for the output checks. The form's (the table and the
+/// mapping) are checked once per form, the batch's (indices, offsets, per_sample_weights) per batch.
+void check_form_input_buffers(EmbagCallPlan& plan);
+void check_batch_input_buffers(EmbagCallPlan& plan);
 
 }  // namespace shapejit::rt::validate_detail
