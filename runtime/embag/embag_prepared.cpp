@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "runtime/embag/embag_kernel_call.hpp"
 #include "runtime/embag/embedding_bag.hpp"
@@ -54,53 +55,15 @@ struct LastBatch {
   BatchBuffers buffers{};
   std::array<ByteRange, 5> ranges{};
 };
-// The thread's LastBatch, reached through a trivial thread_local pointer: one TLS access per
-// run (a thread_local LastBatch would add its initialisation guard's). The owner frees it when
-// the thread ends.
-constinit thread_local LastBatch* t_last_batch = nullptr;
 
-[[gnu::noinline]] LastBatch& make_last_batch() {
-  struct Owner {
-    std::unique_ptr<LastBatch> batch;
-    ~Owner() { t_last_batch = nullptr; }
-  };
-  thread_local Owner owner;
-  owner.batch = std::make_unique<LastBatch>();
-  t_last_batch = owner.batch.get();
-  return *t_last_batch;
+// Spans a thread's plan keeps for the next batch (lengths-form offsets): a few thousand bags'
+// worth. A larger batch's spans are freed after it, so no thread holds a large batch's memory.
+constexpr size_t kKeptSpanBytes = size_t{64} << 10;
+
+void release_large_spans(EmbagCallPlan& plan) {
+  if (plan.span_storage64.capacity() * sizeof(int64_t) > kKeptSpanBytes) std::vector<int64_t>().swap(plan.span_storage64);
+  if (plan.span_storage32.capacity() * sizeof(int32_t) > kKeptSpanBytes) std::vector<int32_t>().swap(plan.span_storage32);
 }
-
-LastBatch& last_batch() {
-  if (LastBatch* last = t_last_batch) [[likely]]
-    return *last;
-  return make_last_batch();
-}
-
-}  // namespace
-
-void EmbagPrepared::run(const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag, void* bag_size,
-                        void* max_indices) const {
-  LastBatch& last = last_batch();
-  if (last.form_id != form_.form_id) {
-    last.form_id = 0;  // until the copy is whole
-    last.passed = false;
-    last.plan = form_.copy_of_form();
-    last.form_id = form_.form_id;
-  }
-  const BatchBuffers buffers{batch.indices, batch.num_indices, batch.offsets,  batch.num_offsets, batch.per_sample_weights,
-                             output,        offset2bag,        bag_size,       max_indices};
-  const bool known = last.passed && buffers == last.buffers;
-  plan_embedding_bag_batch_into(last.plan, batch, IndexRangeCheck::kByRunner, known ? &last.ranges : nullptr);
-  run_embedding_bag(last.plan, isa_, kernel_, output, offset2bag, bag_size, max_indices,
-                    known ? OutputRules::kPassed : OutputRules::kCheck);
-  if (!known) {
-    last.buffers = buffers;
-    last.ranges = last.plan.input_ranges;
-    last.passed = true;
-  }
-}
-
-namespace {
 
 // How many forms a thread remembers: enough for a few tables called in turn (a number chosen,
 // not tuned; a miss costs what every call cost before: the form's rules, key and lookup).
@@ -128,32 +91,87 @@ struct RecentForms {
   std::array<RememberedForm, kRememberedForms> slots;
   size_t next = 0;  // the slot the next new form replaces (round robin)
 };
-thread_local RecentForms t_recent_forms;
+
+// Everything a thread keeps between embedding-bag calls, reached through one trivial
+// thread_local pointer: one TLS access per call (thread_local objects with destructors add an
+// initialisation guard's access). The owner frees it when the thread ends.
+struct ThreadCalls {
+  LastBatch last;
+  RecentForms recent;
+};
+constinit thread_local ThreadCalls* t_calls = nullptr;
+
+[[gnu::noinline]] ThreadCalls& make_thread_calls() {
+  struct Owner {
+    std::unique_ptr<ThreadCalls> calls;
+    ~Owner() { t_calls = nullptr; }
+  };
+  thread_local Owner owner;
+  owner.calls = std::make_unique<ThreadCalls>();
+  t_calls = owner.calls.get();
+  return *t_calls;
+}
+
+ThreadCalls& thread_calls() {
+  if (ThreadCalls* calls = t_calls) [[likely]]
+    return *calls;
+  return make_thread_calls();
+}
+
+// A batch of `prepared`, its plan filled in the thread's LastBatch.
+[[gnu::always_inline]] inline void run_batch(const EmbagPrepared& prepared, LastBatch& last, const shapejit_embedding_bag_batch& batch,
+               void* output, void* offset2bag, void* bag_size, void* max_indices) {
+  const EmbagCallPlan& form = prepared.form();
+  if (last.form_id != form.form_id) {
+    last.form_id = 0;  // until the copy is whole
+    last.passed = false;
+    last.plan = form.copy_of_form();
+    last.form_id = form.form_id;
+  }
+  const BatchBuffers buffers{batch.indices, batch.num_indices, batch.offsets,  batch.num_offsets, batch.per_sample_weights,
+                             output,        offset2bag,        bag_size,       max_indices};
+  const bool known = last.passed && buffers == last.buffers;
+  plan_embedding_bag_batch_into(last.plan, batch, IndexRangeCheck::kByRunner, known ? &last.ranges : nullptr);
+  run_embedding_bag(last.plan, prepared.isa(), prepared.kernel(), output, offset2bag, bag_size, max_indices,
+                    known ? OutputRules::kPassed : OutputRules::kCheck);
+  release_large_spans(last.plan);
+  if (!known) {
+    last.buffers = buffers;
+    last.ranges = last.plan.input_ranges;
+    last.passed = true;
+  }
+}
 
 }  // namespace
+
+void EmbagPrepared::run(const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag, void* bag_size,
+                        void* max_indices) const {
+  run_batch(*this, thread_calls().last, batch, output, offset2bag, bag_size, max_indices);
+}
 
 void run_embedding_bag_remembering(const shapejit_embedding_bag_ex_args& args, void* output, void* offset2bag,
                                    void* bag_size, void* max_indices) {
   const shapejit_embedding_bag_ex_args key = form_key(args);
   const shapejit_embedding_bag_batch batch = batch_of(args.call);
   const jit::Isa isa = selected_isa();
-  RecentForms& recent = t_recent_forms;
+  ThreadCalls& calls = thread_calls();
+  RecentForms& recent = calls.recent;
   for (const RememberedForm& slot : recent.slots) {
     if (!slot.prepared || slot.isa != isa || std::memcmp(&slot.key, &key, sizeof key) != 0) continue;
     if (isa != jit::Isa::kScalar) embag_kernel_cache().count_remembered(slot.prepared->kernel());
-    return slot.prepared->run(batch, output, offset2bag, bag_size, max_indices);
+    return run_batch(*slot.prepared, calls.last, batch, output, offset2bag, bag_size, max_indices);
   }
   // A new form: its rules checked here, so a call breaking one gets the whole call's message.
   EmbagPrepared prepared(args, isa);
   if (isa != jit::Isa::kScalar && EmbagKernelCache::bound_fallback(prepared.kernel()))
-    return prepared.run(batch, output, offset2bag, bag_size, max_indices);
+    return run_batch(prepared, calls.last, batch, output, offset2bag, bag_size, max_indices);
   RememberedForm& slot = recent.slots[recent.next];
   recent.next = (recent.next + 1) % kRememberedForms;
   slot.prepared.reset();  // the key below must never describe another slot's form
   std::memcpy(&slot.key, &key, sizeof key);  // bytewise, padding included, as it is compared
   slot.isa = isa;
   slot.prepared.emplace(std::move(prepared));
-  slot.prepared->run(batch, output, offset2bag, bag_size, max_indices);
+  run_batch(*slot.prepared, calls.last, batch, output, offset2bag, bag_size, max_indices);
 }
 
 }  // namespace shapejit::rt

@@ -31,6 +31,8 @@ class EmbagPrepared {
   const EmbagCallPlan& form() const { return form_; }
   /// The bound kernel (none when the ISA runs the reference).
   const EmbagKernelHandle& kernel() const { return kernel_; }
+  /// The ISA the form was prepared for.
+  jit::Isa isa() const { return isa_; }
   /// Checks the batch and the outputs, then computes all four outputs.
   void run(const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag, void* bag_size,
            void* max_indices) const;
