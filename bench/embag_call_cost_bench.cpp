@@ -6,7 +6,10 @@
 // shape at the width where validation's pass over the 8192 indices weighs most).
 //   capi     shapejit_embedding_bag: the whole C ABI call
 //   prepared shapejit_embedding_bag_prepared_run of the call prepared once (its form validated
-//            and its kernel bound at prepare): the batch's checks, the outputs', the kernel
+//            and its kernel bound at prepare): the batch's checks, the outputs', the kernel; the
+//            buffers are the last call's, whose buffer rules a prepared run does not test again
+//   prepared_swap  the same, its outputs alternating between two sets (the buffer rules tested
+//            on every call)
 //   plan     rt::plan_embedding_bag of the call (the input rules: dtypes, sizes, alignment,
 //            offsets, every index) from the plain args
 //   outputs  rt::validate_embedding_bag_outputs of that plan (null, alignment, overlap)
@@ -29,6 +32,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -118,7 +122,7 @@ void time_batches(benchmark::State& state, const std::function<void()>& call) {
 // The body of one stage on a prepared problem.
 std::function<void()> stage_body(const std::string& stage, CallData& d) {
   if (stage == "capi") return [&d] { d.call_capi(); };
-  if (stage == "prepared") {
+  if (stage == "prepared" || stage == "prepared_swap") {
     shapejit_embedding_bag_ex_args form{};
     shapejit_embedding_bag_ex_init(&form, &d.args);
     shapejit_embedding_bag_prepared* raw = nullptr;
@@ -127,9 +131,19 @@ std::function<void()> stage_body(const std::string& stage, CallData& d) {
     std::shared_ptr<shapejit_embedding_bag_prepared> prepared(raw, shapejit_embedding_bag_prepared_destroy);
     const shapejit_embedding_bag_batch batch{d.args.indices, d.args.num_indices, d.args.offsets, d.args.num_offsets,
                                              nullptr};
-    return [&d, prepared, batch] {
-      if (shapejit_embedding_bag_prepared_run(prepared.get(), &batch, d.output.data(), nullptr, d.bag_size.data(),
-                                              d.max_indices.data()) != SHAPEJIT_OK)
+    // The second set of outputs (prepared_swap): copies of the first, so both have their sizes.
+    auto other = std::make_shared<std::array<std::vector<int64_t>, 2>>();
+    auto other_output = std::make_shared<std::vector<float>>(d.output);
+    (*other)[0] = d.bag_size;
+    (*other)[1] = d.max_indices;
+    auto flip = std::make_shared<bool>(false);
+    const bool swap = stage == "prepared_swap";
+    return [&d, prepared, batch, other, other_output, flip, swap] {
+      const bool second = swap && (*flip = !*flip);
+      float* out = second ? other_output->data() : d.output.data();
+      int64_t* sizes = second ? (*other)[0].data() : d.bag_size.data();
+      int64_t* maxi = second ? (*other)[1].data() : d.max_indices.data();
+      if (shapejit_embedding_bag_prepared_run(prepared.get(), &batch, out, nullptr, sizes, maxi) != SHAPEJIT_OK)
         throw std::runtime_error(std::string("shapejit_embedding_bag_prepared_run: ") + shapejit_last_error());
     };
   }
@@ -219,7 +233,7 @@ void finish(std::vector<BenchRow*>& rows) {
 bool register_all() {
   const bool fbgemm = !fbgemm_unsupported_reason(SHAPEJIT_F32, SHAPEJIT_SUM);
   for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}})
-    for (const char* stage : {"capi", "prepared", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
+    for (const char* stage : {"capi", "prepared", "prepared_swap", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
       if (std::string(stage) != "fbgemm" || fbgemm)
         register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
                                  [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });
