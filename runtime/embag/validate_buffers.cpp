@@ -52,17 +52,26 @@ Buffer make_buffer(const void* data, int64_t elements, DType dtype) {
 // placed among the rows is rejected, which no real caller needs. With no column, nothing of
 // the table is read (not even a quantized row's scale). The table and the mapping are the
 // form's (a prepared call checks them once), the other three the batch's.
-std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
+Buffer input_buffer(const EmbagCallPlan& p, int id) {
   const shapejit_embedding_bag_args& a = p.args.call;
-  const int64_t table = p.num_rows > 0 && p.dim > 0 ? (p.num_rows - 1) * p.row_stride_bytes + p.row_bytes : 0;
+  switch (id) {
+    case kWeight: {
+      const int64_t table = p.num_rows > 0 && p.dim > 0 ? (p.num_rows - 1) * p.row_stride_bytes + p.row_bytes : 0;
+      Buffer b = make_buffer(a.weight, table, DType::kQ8);  // counted in bytes ...
+      b.alignment = jit::is_quantized_table(p.table) ? 1 : element_bytes(p.table);  // ... aligned to its elements
+      b.element = p.table;
+      return b;
+    }
+    case kIndices: return make_buffer(a.indices, a.num_indices, p.index);
+    case kOffsets: return make_buffer(a.offsets, a.num_offsets, p.offset);
+    case kPerSampleWeights: return make_buffer(a.per_sample_weights, p.weighted ? a.num_indices : 0, p.psw);
+    default: return make_buffer(p.mapping, p.pruned ? p.mapping_len : 0, DType::kI32);
+  }
+}
+
+std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
   std::array<Buffer, kNumInputs> in;
-  in[kWeight] = make_buffer(a.weight, table, DType::kQ8);  // counted in bytes ...
-  in[kWeight].alignment = jit::is_quantized_table(p.table) ? 1 : element_bytes(p.table);  // ... aligned to its elements
-  in[kWeight].element = p.table;
-  in[kIndices] = make_buffer(a.indices, a.num_indices, p.index);
-  in[kOffsets] = make_buffer(a.offsets, a.num_offsets, p.offset);
-  in[kPerSampleWeights] = make_buffer(a.per_sample_weights, p.weighted ? a.num_indices : 0, p.psw);
-  in[kMapping] = make_buffer(p.mapping, p.pruned ? p.mapping_len : 0, DType::kI32);
+  for (int id = 0; id < kNumInputs; ++id) in[size_t(id)] = input_buffer(p, id);
   return in;
 }
 constexpr int kFormInputs[] = {kWeight, kMapping};
@@ -143,19 +152,21 @@ bool any_overlap(const std::array<ByteRange, kNumInputs>& inputs, const std::arr
 
 }  // namespace
 
+// Each rule reads only its own buffers' fields: the form's run on a call whose batch is not
+// checked yet (a one-shot call checks its form first).
 void check_form_input_buffers(EmbagCallPlan& plan) {
-  const std::array<Buffer, kNumInputs> in = input_buffers(plan);
   for (int id : kFormInputs) {
-    check_alignment(in[size_t(id)], id);
-    plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
+    const Buffer b = input_buffer(plan, id);
+    check_alignment(b, id);
+    plan.input_ranges[size_t(id)] = overlap_range(b.data, b.bytes);
   }
 }
 
 void check_batch_input_buffers(EmbagCallPlan& plan) {
-  const std::array<Buffer, kNumInputs> in = input_buffers(plan);
   for (int id : kBatchInputs) {
-    check_alignment(in[size_t(id)], id);
-    plan.input_ranges[size_t(id)] = overlap_range(in[size_t(id)].data, in[size_t(id)].bytes);
+    const Buffer b = input_buffer(plan, id);
+    check_alignment(b, id);
+    plan.input_ranges[size_t(id)] = overlap_range(b.data, b.bytes);
   }
 }
 
