@@ -227,6 +227,14 @@ TEST_CASE("validation: negative sizes and strides below dim") {
   Fixture h;
   h.a.num_indices = -3;
   expect_rejected(h, SHAPEJIT_INVALID_ARGUMENT, {"indices.numel", "-3"});
+  // The most negative counts: no rule may compute a byte count from them before the count's own
+  // rule has run (the form's buffer rules once did, an overflow UBSan reports; found by fuzz/).
+  Fixture n;
+  n.a.num_indices = std::numeric_limits<int64_t>::min();
+  expect_rejected(n, SHAPEJIT_INVALID_ARGUMENT, {"indices.numel", "-9223372036854775808"});
+  Fixture o;
+  o.a.num_offsets = std::numeric_limits<int64_t>::min();
+  expect_rejected(o, SHAPEJIT_INVALID_ARGUMENT, {"offsets.numel", "-9223372036854775808"});
 }
 
 TEST_CASE("validation: byte counts that overflow int64") {
