@@ -52,7 +52,7 @@ Buffer make_buffer(const void* data, int64_t elements, DType dtype) {
 // placed among the rows is rejected, which no real caller needs. With no column, nothing of
 // the table is read (not even a quantized row's scale). The table and the mapping are the
 // form's (a prepared call checks them once), the other three the batch's.
-Buffer input_buffer(const EmbagCallPlan& p, int id) {
+inline Buffer input_buffer(const EmbagCallPlan& p, int id) {
   const shapejit_embedding_bag_args& a = p.args.call;
   switch (id) {
     case kWeight: {
@@ -74,8 +74,6 @@ std::array<Buffer, kNumInputs> input_buffers(const EmbagCallPlan& p) {
   for (int id = 0; id < kNumInputs; ++id) in[size_t(id)] = input_buffer(p, id);
   return in;
 }
-constexpr int kFormInputs[] = {kWeight, kMapping};
-constexpr int kBatchInputs[] = {kIndices, kOffsets, kPerSampleWeights};
 
 std::array<Buffer, kNumOutputs> output_buffers(const EmbagCallPlan& p, const void* output, const void* offset2bag,
                                                const void* bag_size, const void* max_indices) {
@@ -138,7 +136,8 @@ ByteRange overlap_range(const void* data, int64_t bytes) {
 // next bag's offsets and indices are loaded), so a shared byte corrupts the results or, once an
 // index is overwritten, sends the reads outside the table. Every output is tested against every
 // input and every earlier output: up to 26 branch-free pair tests on values held in registers. Only a
-// call with an overlap walks them again, in argument order, to name the first.
+// call with an overlap walks them again, in argument order, to name the first. (A version with
+// the four outputs in one AVX2 vector ran 74 fewer instructions a call, in the same time.)
 bool any_overlap(const std::array<ByteRange, kNumInputs>& inputs, const std::array<ByteRange, kNumOutputs>& outputs) {
   bool any = false;
   for (int o = 0; o < kNumOutputs; ++o) {
@@ -154,20 +153,21 @@ bool any_overlap(const std::array<ByteRange, kNumInputs>& inputs, const std::arr
 
 // Each rule reads only its own buffers' fields: the form's run on a call whose batch is not
 // checked yet (a one-shot call checks its form first).
+void check_input_buffer(EmbagCallPlan& plan, int id) {
+  const Buffer b = input_buffer(plan, id);
+  check_alignment(b, id);
+  plan.input_ranges[size_t(id)] = overlap_range(b.data, b.bytes);
+}
+
 void check_form_input_buffers(EmbagCallPlan& plan) {
-  for (int id : kFormInputs) {
-    const Buffer b = input_buffer(plan, id);
-    check_alignment(b, id);
-    plan.input_ranges[size_t(id)] = overlap_range(b.data, b.bytes);
-  }
+  check_input_buffer(plan, kWeight);
+  check_input_buffer(plan, kMapping);
 }
 
 void check_batch_input_buffers(EmbagCallPlan& plan) {
-  for (int id : kBatchInputs) {
-    const Buffer b = input_buffer(plan, id);
-    check_alignment(b, id);
-    plan.input_ranges[size_t(id)] = overlap_range(b.data, b.bytes);
-  }
+  check_input_buffer(plan, kIndices);
+  check_input_buffer(plan, kOffsets);
+  check_input_buffer(plan, kPerSampleWeights);
 }
 
 // One buffer of a group's call, for the cross-call rule. An `output` also carries its rows'
