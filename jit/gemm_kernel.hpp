@@ -151,6 +151,17 @@ inline int64_t gemm_padded_k(const GemmKey& key) {
   return (key.k + g - 1) / g * g;
 }
 
+/// x86 AVX2 qd8 kernels whose k loop's int32 sum (of q * code by sign, u * code otherwise) is at
+/// most 2^24 in magnitude, so exact in f32: kp <= 1032 for int8 codes by sign, kp <= 8224 for
+/// int4 codes. Their epilogue subtracts x_zero * colsum in f32 with one FMA rather than with an
+/// int32 vpmulld, which rounds the same exact accumulator the same way (jit/x86/gemm_quant_ops.cpp).
+inline bool gemm_x86_exact_f32_correction(const GemmKey& key) {
+  if (key.isa != Isa::kAvx2 || !gemm_quantized_input(key.quant) || key.dot) return false;
+  const int64_t input_max = gemm_signed_input(key.isa, key.quant, key.dot) ? 128 : 255;
+  const int64_t code_max = gemm_int4_weights(key.quant) ? 8 : 127;
+  return gemm_padded_k(key) * input_max * code_max <= (int64_t(1) << 24);
+}
+
 // Panel layouts, W = gemm_panel_width(key), kp = gemm_padded_k(key); columns past nc and rows
 // past k hold zero codes, zero sums, zero scales and zero bias.
 //   kF32     k rows of W floats (row kk = W[c, kk] for each column c), then the bias row.

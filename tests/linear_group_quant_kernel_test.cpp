@@ -440,3 +440,65 @@ TEST_CASE("quantized GEMM kernels: tiles and what the x86 generator refuses") {
   key.isa = Isa::kAvx512, key.mr = 8, key.nc = 48, key.quant = GemmQuant::kF32Qc8w, key.dot = true;
   CHECK(refused(key));  // dot is for the qd8 forms
 }
+
+TEST_CASE("quantized GEMM kernels: the f32 zero-point correction rounds the int32 accumulator's bits") {
+  // AVX2 kernels whose k-loop sum fits 2^24 (gemm_x86_exact_f32_correction) subtract
+  // x_zero * colsum with one FMA in f32; past the bound they keep vpmulld. At both sides of it,
+  // with extreme codes and inputs (the k-loop sum at its largest, and accumulators past 2^24
+  // whose f32 rounding is often a tie) and zero points all over [0, 255], every output must be
+  // the contract's bit for bit (expected() rounds the exact int64 accumulator once).
+  using shapejit::jit::gemm_x86_exact_f32_correction;
+  GemmKey bound;
+  bound.isa = Isa::kAvx2, bound.quant = GemmQuant::kQd8Qc8w, bound.k = 1032;
+  CHECK(gemm_x86_exact_f32_correction(bound));  // 1032 * 128 * 127 <= 2^24
+  bound.k = 1033;                                 // padded to 1036
+  CHECK_FALSE(gemm_x86_exact_f32_correction(bound));
+  bound.quant = GemmQuant::kQd8Qc4w, bound.k = 8224;  // 8224 * 255 * 8 <= 2^24
+  CHECK(gemm_x86_exact_f32_correction(bound));
+  bound.k = 8225;
+  CHECK_FALSE(gemm_x86_exact_f32_correction(bound));
+  bound.isa = Isa::kAvx512, bound.k = 16;
+  CHECK_FALSE(gemm_x86_exact_f32_correction(bound));  // AVX-512 keeps its int32 correction
+
+  const Variant& avx2 = kVariants[0];
+  REQUIRE(avx2.isa == Isa::kAvx2);
+  if (const std::string why = avx2.skip_reason(); !why.empty()) {
+    MESSAGE("AVX2 SKIPPED: " << why);
+    return;
+  }
+  Rng rng(seed() ^ 0xF3A);
+  asmjit::JitRuntime rt;
+  int64_t runs = 0;
+  for (GemmQuant form : {GemmQuant::kQd8Qc8w, GemmQuant::kQd8Qc4w}) {
+    const int64_t edge = form == GemmQuant::kQd8Qc8w ? 1032 : 8224;
+    for (int64_t k : {int64_t(1), int64_t(16), edge - 5, edge - 1, edge, edge + 1, edge + 9})
+      for (int trial = 0; trial < 6; ++trial) {
+        Problem p;
+        p.key.isa = Isa::kAvx2, p.key.quant = form, p.key.k = k;
+        p.key.nc = int(uniform(rng, 1, 16));
+        p.key.mr = int(uniform(rng, 1, shapejit::jit::gemm_max_mr(Isa::kAvx2, p.key.nv(), form, false)));
+        p.key.bias = trial % 2 == 0;
+        p.panels = uniform(rng, 1, 2);
+        make_data(p, rng, true);
+        for (auto& z : p.x_zero) z = int32_t(uniform(rng, 0, 255));
+        if (trial < 2) {
+          // The k loop's largest sum: by sign (int8 codes) every q = -128 (u = 0), with int4
+          // codes every u = 255, against codes at their minimum; trial 1 makes it odd (its last
+          // product odd), so past 2^24 it would not be exact in f32.
+          const bool by_sign = form == GemmQuant::kQd8Qc8w;
+          std::fill(p.u.begin(), p.u.end(), uint8_t(by_sign ? 0 : 255));
+          std::fill(p.codes.begin(), p.codes.end(), int8_t(code_min(form)));
+          if (trial == 1)
+            for (int64_t r = 0; r < p.key.mr; ++r) {
+              if (by_sign) p.u[size_t(r * shapejit::jit::gemm_padded_k(p.key) + k - 1)] = 255;  // q = 127
+              else
+                for (int64_t c = 0; c < p.cols(); ++c) p.codes[size_t(c * k + k - 1)] = 7;
+            }
+        }
+        const std::string err = run_and_check(p, rt);
+        REQUIRE_MESSAGE(err.empty(), err);
+        ++runs;
+      }
+  }
+  MESSAGE(runs << " kernels at the bound of the f32 correction");
+}

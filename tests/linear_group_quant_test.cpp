@@ -156,6 +156,66 @@ TEST_CASE("quantized linear: input rows quantize as the reference does (codes, s
   CHECK_FALSE(shapejit::rt::quantize_input_row(split.data(), 17, wide.data(), &scale, &zero));
 }
 
+// Rows whose values sit on half steps of their own scale (x / s exactly n + 1/2, or a few ulps
+// from it), where a quotient one ulp off rounds to the other integer: the engine's x86 rows take
+// x * (1 / s) and must fall back to the division there (runtime/linear_group/input_quant_avx2.cpp);
+// scales around 2^-125, where it switches to the division for whole rows; random rows of every
+// magnitude. All through quantize_run_inputs (blocks of rows, tails), row by row against the
+// reference's own division.
+TEST_CASE("quantized linear: inputs on and next to half steps quantize as the reference's division does") {
+  std::mt19937_64 rng(test_seed(0x4A1F));
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto unit = [&] { return std::uniform_real_distribution<float>(0.5f, 1.0f)(rng); };
+  int64_t near_half = 0, checked = 0;
+  for (const int64_t k : {1, 2, 3, 8, 9, 16, 17, 40, 203}) {
+    const int64_t m = 61;  // several blocks of eight rows and a partial one
+    std::vector<float> x(size_t(m * k));
+    for (int64_t r = 0; r < m; ++r) {
+      float* row = &x[size_t(r * k)];
+      const int kind = int(r % 4);
+      const int e = kind == 3 ? uniform(-122, -112) : uniform(-60, 60);  // kind 3: s near 2^-125
+      const float a = std::ldexp(unit(), e), b = std::ldexp(unit(), e);
+      std::normal_distribution<float> normal(0.0f, b);
+      for (int64_t c = 0; c < k; ++c) row[c] = kind == 1 ? normal(rng) : float(uniform(-3, 3)) * b * 0.25f;
+      if (kind == 1 || kind == 2 || k < 3) continue;
+      // lo = -a and hi = b fix the scale exactly as the rule computes it; the other values go
+      // on half steps n + 1/2 of it (|n| <= 60 keeps them inside [-a, b]), nudged by 0..2 ulps.
+      row[0] = -a, row[1] = b;
+      const float s = (b - -a) / 255.0f;
+      for (int64_t c = 2; c < k; ++c) {
+        float v = (float(uniform(-60, 60)) + 0.5f) * s;
+        for (int d = uniform(-2, 2); d != 0; d += d > 0 ? -1 : 1) v = std::nextafter(v, d > 0 ? INFINITY : -INFINITY);
+        row[c] = v;
+      }
+    }
+    std::vector<float> y(1);
+    const shapejit_linear_group_io io{x.data(), m, k, k, y.data(), 1, 0, 0};
+    for (const bool signed_codes : {false, true}) {
+      const auto q = shapejit::rt::quantize_run_inputs(std::span(&io, 1), signed_codes);
+      for (int64_t r = 0; r < m; ++r) {
+        CAPTURE(k);
+        CAPTURE(r);
+        std::vector<int8_t> want(static_cast<size_t>(k));
+        shapejit::ref::InputRowError error;
+        const shapejit::ref::InputRowQuant rq = shapejit::ref::quantize_input_row(&x[size_t(r * k)], k, want.data(), error);
+        REQUIRE(error == shapejit::ref::InputRowError::kNone);
+        REQUIRE(q[0].scale[r] == rq.scale);
+        REQUIRE(q[0].zero[r] == rq.zero + 128);
+        const uint8_t* u = q[0].u + r * q[0].ldu;
+        for (int64_t c = 0; c < k; ++c) {
+          const float d = x[size_t(r * k + c)] / rq.scale;
+          near_half += !signed_codes && std::fabs(d - std::nearbyint(d)) >= 0.5f - 0x1p-13f;
+          REQUIRE(int(u[c]) == ((int(want[size_t(c)]) + 128) ^ (signed_codes ? 0x80 : 0)));
+        }
+        for (int64_t c = k; c < q[0].ldu; ++c) REQUIRE(u[c] == 0);
+        checked += k;
+      }
+    }
+  }
+  MESSAGE(checked << " codes checked, " << near_half << " quotients within 2^-13 of a half step");
+  CHECK(near_half > 1000);  // the rows above do reach the cases a reciprocal gets wrong
+}
+
 TEST_CASE("quantized linear: the accumulator of the kernels' form equals the exact sum") {
   // sum u * c - x_zero * colsum(c) (what the kernels compute) against sum (q - z) * c, at the
   // largest magnitudes the K limit allows.

@@ -230,6 +230,13 @@ void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b
   else a_.vpaddd(vec(dst), vec(a), vec(b));
 }
 
+// The zero-point correction. acc - z * colsum[c] (z = x_zero[r], or x_zero[r] - 128 by sign)
+// in int32, then vcvtdq2ps, is what the contract says; on one-multiply-pipe hosts the vpmulld
+// of it (0.25 per cycle on Zen 1) competes with the k loop's vpmaddubsw / vpmaddwd. Where the
+// kernel's partial sum acc is at most 2^24 in magnitude (gemm_x86_exact_f32_correction), acc,
+// z and colsum[c] are exact as f32, and one FMA, f32(acc) - z * colsum[c] with a single
+// rounding, rounds the same exact integer the same way (both under the default rounding of
+// MXCSR): the same bits, on the FMA pipes.
 void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const x86::Gp& gp0,
                                       const x86::Gp& gp1) {
   const GemmPanelOffsets o = gemm_panel_offsets(key_);
@@ -240,14 +247,20 @@ void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_di
   free.insert(free.end(), body.weights.begin(), body.weights.end());
   const x86::Vec zero_point = vec(free[0]), x_scale = vec(free[1]), tmp = vec(free[2]);
   const bool qd8 = gemm_quantized_input(key_.quant);
+  const bool fma_correction = qd8 && gemm_x86_exact_f32_correction(key_);
   if (qd8) {
     a_.mov(gp0, SJ_ARG(x_zero));
     a_.mov(gp1, SJ_ARG(x_scale));
   }
+  // fma_correction: colsum as f32, once per panel (free holds temps + weights >= 3 + nv registers).
+  auto colsum_f32 = [&](int64_t j) { return vec(free[size_t(3 + j)]); };
+  if (fma_correction)
+    for (int64_t j = 0; j < nv_; ++j) a_.vcvtdq2ps(colsum_f32(j), column(o.colsum, j));
   for (int64_t i = 0; i < mr_; ++i) {
     if (qd8) {
       a_.vpbroadcastd(zero_point, x86::dword_ptr(gp0, int32_t(i * 4)));
       if (sign_step_) a_.vpsubd(zero_point, zero_point, vector_constant(kZeroBias));
+      if (fma_correction) a_.vcvtdq2ps(zero_point, zero_point);
       a_.vbroadcastss(x_scale, x86::dword_ptr(gp1, int32_t(i * 4)));
     }
     for (int64_t j = 0; j < nv_; ++j) {
@@ -257,9 +270,14 @@ void X86GemmQuantOps::emit_dequantize(const X86QuantBody& body, int32_t panel_di
         continue;
       }
       if (key_.dot && key_.quant == GemmQuant::kQd8Qc4w) a_.vpsrad(acc, acc, imm(4));  // 16 x sum, exactly
-      a_.vpmulld(tmp, zero_point, column(o.colsum, j));
-      a_.vpsubd(acc, acc, tmp);
-      a_.vcvtdq2ps(acc, acc);
+      if (fma_correction) {
+        a_.vcvtdq2ps(acc, acc);                                  // |acc| <= 2^24: exact
+        a_.vfnmadd231ps(acc, zero_point, colsum_f32(j));         // f32(acc - z * colsum), one rounding
+      } else {
+        a_.vpmulld(tmp, zero_point, column(o.colsum, j));
+        a_.vpsubd(acc, acc, tmp);
+        a_.vcvtdq2ps(acc, acc);
+      }
       a_.vmulps(tmp, x_scale, column(o.wscale, j));  // f32(x_scale[r] * wscale[c])
       a_.vmulps(acc, acc, tmp);
     }
