@@ -167,7 +167,7 @@ TEST_CASE("quantized linear: inputs on and next to half steps quantize as the re
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   auto unit = [&] { return std::uniform_real_distribution<float>(0.5f, 1.0f)(rng); };
   int64_t near_half = 0, checked = 0;
-  for (const int64_t k : {1, 2, 3, 8, 9, 16, 17, 40, 203}) {
+  for (const int64_t k : {1, 2, 3, 8, 9, 16, 17, 32, 40, 203}) {  // 16, 32: widths with their own code
     const int64_t m = 61;  // several blocks of eight rows and a partial one
     std::vector<float> x(size_t(m * k));
     for (int64_t r = 0; r < m; ++r) {
@@ -214,6 +214,30 @@ TEST_CASE("quantized linear: inputs on and next to half steps quantize as the re
   }
   MESSAGE(checked << " codes checked, " << near_half << " quotients within 2^-13 of a half step");
   CHECK(near_half > 1000);  // the rows above do reach the cases a reciprocal gets wrong
+  // The first bad row of a block is named, whichever kind comes first (NaN, or a range that
+  // overflows), in the widths with their own code and in others.
+  for (const int64_t k : {16, 32, 13}) {
+    const int64_t m = 11;
+    std::vector<float> x(size_t(m * k), 0.5f);
+    std::vector<float> y(1);
+    const shapejit_linear_group_io io{x.data(), m, k, k, y.data(), 1, 0, 0};
+    auto first_bad = [&]() -> std::string {
+      try {
+        shapejit::rt::quantize_run_inputs(std::span(&io, 1));
+      } catch (const shapejit::Error& e) {
+        return e.what();
+      }
+      return "no error";
+    };
+    CAPTURE(k);
+    x[size_t(9 * k + 5)] = std::numeric_limits<float>::quiet_NaN();
+    x[size_t(10 * k)] = -std::numeric_limits<float>::infinity();
+    CHECK(first_bad().find("row 9 holds NaN at column 5") != std::string::npos);
+    x[size_t(3 * k + 1)] = 3e38f, x[size_t(3 * k + k - 1)] = -3e38f;  // overflows before the NaN
+    CHECK(first_bad().find("row 3: its max - min overflows") != std::string::npos);
+    x[size_t(2 * k + k - 1)] = std::numeric_limits<float>::quiet_NaN();  // a NaN before the overflow
+    CHECK(first_bad().find("row 2 holds NaN at column " + std::to_string(k - 1)) != std::string::npos);
+  }
 }
 
 TEST_CASE("quantized linear: the accumulator of the kernels' form equals the exact sum") {

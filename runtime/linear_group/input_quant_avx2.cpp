@@ -131,10 +131,13 @@ SJ_AVX2 bool code_row(const float* x, int64_t k, uint8_t* u, float s, float r, i
   return _mm256_movemask_ps(ambiguous) == 0;
 }
 
-}  // namespace
-
-SJ_AVX2 int64_t quantize_rows_avx2(const float* x, int64_t ldx, int64_t k, int64_t rows, uint8_t* u, int64_t ldu,
-                                   float* scale, int32_t* zero, uint8_t flip) {
+// kK > 0: the rows' width as a constant, for the small rows of tiny calls, where the loops' own
+// bookkeeping is much of the work and the compiler then unrolls them (tiny_cross_e16's 12 rows of
+// 16: 0.235 -> 0.211 us); 0: any width.
+template <int64_t kK>
+SJ_AVX2 int64_t quantize_rows_k(const float* x, int64_t ldx, int64_t k_any, int64_t rows, uint8_t* u, int64_t ldu,
+                                float* scale, int32_t* zero, uint8_t flip) {
+  const int64_t k = kK > 0 ? kK : k_any;
   // (k * 4 * 8 <= kBlockBytes, not a division: an idiv costs as much as a small row.)
   const int64_t block = k * 4 * kBlockRows <= kBlockBytes ? kBlockRows : std::max<int64_t>(1, kBlockBytes / (k * 4));
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
@@ -174,6 +177,17 @@ SJ_AVX2 int64_t quantize_rows_avx2(const float* x, int64_t ldx, int64_t k, int64
     }
   }
   return rows;
+}
+
+}  // namespace
+
+SJ_AVX2 int64_t quantize_rows_avx2(const float* x, int64_t ldx, int64_t k, int64_t rows, uint8_t* u, int64_t ldu,
+                                   float* scale, int32_t* zero, uint8_t flip) {
+  switch (k) {
+    case 16: return quantize_rows_k<16>(x, ldx, k, rows, u, ldu, scale, zero, flip);
+    case 32: return quantize_rows_k<32>(x, ldx, k, rows, u, ldu, scale, zero, flip);
+    default: return quantize_rows_k<0>(x, ldx, k, rows, u, ldu, scale, zero, flip);
+  }
 }
 
 }  // namespace shapejit::rt
