@@ -6,12 +6,15 @@
 // the distinct-input sharing, the reference fallback's counting, and every new validation rule
 // (outputs untouched). Seeds: SHAPEJIT_TEST_SEED replays a run.
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -238,6 +241,37 @@ TEST_CASE("quantized linear: inputs on and next to half steps quantize as the re
     x[size_t(2 * k + k - 1)] = std::numeric_limits<float>::quiet_NaN();  // a NaN before the overflow
     CHECK(first_bad().find("row 2 holds NaN at column " + std::to_string(k - 1)) != std::string::npos);
   }
+}
+
+// The input rows' last value right before a PROT_NONE page: the x86 rows read their tails with
+// masked loads, which must not touch what lies past x[k - 1] (a fault ends the test).
+TEST_CASE("quantized linear: input rows ending at a guard page quantize without reading past them") {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  void* map = mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(map != MAP_FAILED);
+  unsigned char* base = static_cast<unsigned char*>(map);
+  REQUIRE(mprotect(base + 2 * page, page, PROT_NONE) == 0);
+  std::mt19937_64 rng(test_seed(0x6A7D));
+  for (const int64_t k : {1, 5, 13, 16, 17, 32, 33}) {
+    const int64_t m = 9;
+    float* x = reinterpret_cast<float*>(base + 2 * page) - m * k;
+    for (int64_t i = 0; i < m * k; ++i) x[i] = draw(rng, 2.0f);
+    std::vector<float> y(1);
+    const shapejit_linear_group_io io{x, m, k, k, y.data(), 1, 0, 0};
+    const auto q = shapejit::rt::quantize_run_inputs(std::span(&io, 1));
+    for (int64_t r = 0; r < m; ++r) {
+      std::vector<int8_t> want(static_cast<size_t>(k));
+      shapejit::ref::InputRowError error;
+      const shapejit::ref::InputRowQuant rq = shapejit::ref::quantize_input_row(x + r * k, k, want.data(), error);
+      CHECK(q[0].scale[r] == rq.scale);
+      for (int64_t c = 0; c < k; ++c) CHECK(int(q[0].u[r * q[0].ldu + c]) == int(want[size_t(c)]) + 128);
+    }
+    std::vector<uint8_t> u(size_t(shapejit::rt::quantized_row_bytes(k)));
+    float scale = 0;
+    int32_t zero = 0;
+    CHECK(shapejit::rt::quantize_input_row(x + (m - 1) * k, k, u.data(), &scale, &zero));
+  }
+  munmap(map, 3 * page);
 }
 
 TEST_CASE("quantized linear: the accumulator of the kernels' form equals the exact sum") {
