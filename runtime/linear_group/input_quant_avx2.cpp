@@ -112,6 +112,25 @@ SJ_AVX2 __m256 code_vector(__m256 v, __m256 s8, __m256 r8, __m256i zb, __m128i f
   return _mm256_cmp_ps(off, _mm256_set1_ps(kAmbiguous), _CMP_GE_OQ);
 }
 
+// The codes of 16 values v0, v1 (as two code_vector calls, with one pack sequence for both).
+template <bool kRecip>
+SJ_AVX2 __m256 code_pair(__m256 v0, __m256 v1, __m256 s8, __m256 r8, __m256i zb, __m128i flip, uint8_t* out) {
+  const __m256 y0 = kRecip ? _mm256_mul_ps(v0, r8) : _mm256_div_ps(v0, s8);
+  const __m256 y1 = kRecip ? _mm256_mul_ps(v1, r8) : _mm256_div_ps(v1, s8);
+  const __m256 t0 = _mm256_round_ps(y0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 t1 = _mm256_round_ps(y1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256i c0 = _mm256_add_epi32(_mm256_cvtps_epi32(t0), zb), c1 = _mm256_add_epi32(_mm256_cvtps_epi32(t1), zb);
+  // Per 128-bit lane: packs gives c0[0..3] c1[0..3] (low lane), c0[4..7] c1[4..7] (high lane) as
+  // words, packus those as bytes in each lane's low 8; the dword interleave puts them in order.
+  const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(c0, c1), _mm256_setzero_si256());
+  const __m128i ordered = _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_xor_si128(ordered, flip));
+  if (!kRecip) return _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.0f), limit = _mm256_set1_ps(kAmbiguous);
+  const __m256 off0 = _mm256_andnot_ps(sign, _mm256_sub_ps(y0, t0)), off1 = _mm256_andnot_ps(sign, _mm256_sub_ps(y1, t1));
+  return _mm256_cmp_ps(_mm256_max_ps(off0, off1), limit, _CMP_GE_OQ);
+}
+
 // One row's codes and padding. kRecip: y = x * r, and false when a lane was too close to a half
 // step to trust (the caller codes the row again with the division); else y = x / s.
 template <bool kRecip>
@@ -121,6 +140,9 @@ SJ_AVX2 bool code_row(const float* x, int64_t k, uint8_t* u, float s, float r, i
   const __m128i flip16 = _mm_set1_epi8(char(flip)), all = _mm_set1_epi8(char(0xFF));
   __m256 ambiguous = _mm256_setzero_ps();
   int64_t i = 0;
+  for (; i + 16 <= k; i += 16)
+    ambiguous = _mm256_or_ps(ambiguous, code_pair<kRecip>(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8), s8, r8,
+                                                          zb8, flip16, u + i));
   for (; i + 8 <= k; i += 8)
     ambiguous = _mm256_or_ps(ambiguous, code_vector<kRecip>(_mm256_loadu_ps(x + i), s8, r8, zb8, flip16, all, u + i));
   if (i < k) {
