@@ -21,7 +21,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace shapejit::rt {
 namespace {
