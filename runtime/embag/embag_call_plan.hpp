@@ -15,6 +15,9 @@
 
 namespace shapejit::rt {
 
+/// The byte ranges of a call's five inputs (EmbagCallPlan::input_ranges).
+using InputRanges = std::array<ByteRange, 5>;
+
 /// Immutable once built: consumers receive it as `const EmbagCallPlan&`. Move-only, because
 /// `offsets` may point into the plan's own storage.
 struct EmbagCallPlan {
@@ -64,7 +67,7 @@ struct EmbagCallPlan {
   /// The bytes the call reads of each input (weight from its first row to the end of its last,
   /// indices, offsets, per_sample_weights, compressed_indices_mapping), which no output may
   /// share; one it reads nothing of is the inverted range [2^64 - 1, 0) (runtime/validate_buffers).
-  std::array<ByteRange, 5> input_ranges{};
+  InputRanges input_ranges{};
 
   /// The prepared form the plan was made from (plan_embedding_bag_form: unique in the process,
   /// never reused), 0 for a one-shot call's plan.

@@ -49,11 +49,10 @@ struct BatchBuffers {
 // buffers pass again untested; their contents (offsets, indices) are checked on every batch.
 // Nothing a run calls runs another prepared run on its thread, so the plan is never in use twice.
 struct LastBatch {
-  uint64_t form_id = 0;  // the form `plan` holds (0: none)
-  EmbagCallPlan plan;
+  EmbagCallPlan plan;    // of the form plan.form_id (0 before the thread's first batch: no form's)
   bool passed = false;   // `buffers` passed the buffer rules with this form, their input ranges in `ranges`
   BatchBuffers buffers{};
-  std::array<ByteRange, 5> ranges{};
+  InputRanges ranges{};
 };
 
 // Spans a thread's plan keeps for the next batch (lengths-form offsets): a few thousand bags'
@@ -61,8 +60,10 @@ struct LastBatch {
 constexpr size_t kKeptSpanBytes = size_t{64} << 10;
 
 void release_large_spans(EmbagCallPlan& plan) {
-  if (plan.span_storage64.capacity() * sizeof(int64_t) > kKeptSpanBytes) std::vector<int64_t>().swap(plan.span_storage64);
-  if (plan.span_storage32.capacity() * sizeof(int32_t) > kKeptSpanBytes) std::vector<int32_t>().swap(plan.span_storage32);
+  if (plan.span_storage64.capacity() * sizeof(int64_t) > kKeptSpanBytes)
+    std::vector<int64_t>().swap(plan.span_storage64);
+  if (plan.span_storage32.capacity() * sizeof(int32_t) > kKeptSpanBytes)
+    std::vector<int32_t>().swap(plan.span_storage32);
 }
 
 // How many forms a thread remembers: enough for a few tables called in turn (a number chosen,
@@ -119,17 +120,16 @@ ThreadCalls& thread_calls() {
 }
 
 // A batch of `prepared`, its plan filled in the thread's LastBatch.
-[[gnu::always_inline]] inline void run_batch(const EmbagPrepared& prepared, LastBatch& last, const shapejit_embedding_bag_batch& batch,
-               void* output, void* offset2bag, void* bag_size, void* max_indices) {
+[[gnu::always_inline]] inline void run_batch(const EmbagPrepared& prepared, LastBatch& last,
+                                             const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag,
+                                             void* bag_size, void* max_indices) {
   const EmbagCallPlan& form = prepared.form();
-  if (last.form_id != form.form_id) {
-    last.form_id = 0;  // until the copy is whole
+  if (last.plan.form_id != form.form_id) {
     last.passed = false;
-    last.plan = form.copy_of_form();
-    last.form_id = form.form_id;
+    last.plan = form.copy_of_form();  // the copy, then a move that cannot fail: form_id comes whole
   }
-  const BatchBuffers buffers{batch.indices, batch.num_indices, batch.offsets,  batch.num_offsets, batch.per_sample_weights,
-                             output,        offset2bag,        bag_size,       max_indices};
+  const BatchBuffers buffers{batch.indices, batch.num_indices, batch.offsets, batch.num_offsets,
+                             batch.per_sample_weights, output, offset2bag, bag_size, max_indices};
   const bool known = last.passed && buffers == last.buffers;
   plan_embedding_bag_batch_into(last.plan, batch, IndexRangeCheck::kByRunner, known ? &last.ranges : nullptr);
   run_embedding_bag(last.plan, prepared.isa(), prepared.kernel(), output, offset2bag, bag_size, max_indices,

@@ -69,7 +69,8 @@ void run_on_kernel(const EmbagCallPlan& plan, const EmbagKernelHandle& kernel, c
       indices_first(plan, [&] { return BagSchedule(plan.offsets, plan.num_bags, plan.num_indices, plan.dim); });
   // From here on nothing allocates but oneTBB, whose failures the schedule absorbs. A deferred
   // index check runs in the kernels' region, before any of them (one fork for both).
-  const jit::EmbagKernelArgs base = make_embag_kernel_args(plan, out.output, out.offset2bag, out.bag_size, out.max_indices);
+  const jit::EmbagKernelArgs base =
+      make_embag_kernel_args(plan, out.output, out.offset2bag, out.bag_size, out.max_indices);
   const bool indices_ok = schedule.run(
       plan.index_range_deferred ? index_check_end(plan) : 0,
       [&](int64_t begin, int64_t end) { return indices_in_range(plan, begin, end); },

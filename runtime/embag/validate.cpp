@@ -410,7 +410,7 @@ void validate_form(EmbagCallPlan& p) {
 // The rules of the batch, on a plan whose form passed validate_form (its batch fields as another
 // batch may have left them: every one is rewritten here). `passed_ranges`: the input buffers'
 // rules passed with these pointers and counts before (plan_embedding_bag_batch_into).
-void validate_batch(EmbagCallPlan& p, IndexRangeCheck when, const std::array<ByteRange, 5>* passed_ranges = nullptr) {
+void validate_batch(EmbagCallPlan& p, IndexRangeCheck when, const InputRanges* passed_ranges = nullptr) {
   p.partial_final_offset = false;  // the only batch fields the steps below set on some paths only
   p.index_range_deferred = false;
   check_batch_sizes(p);
@@ -481,7 +481,7 @@ EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit
 }
 
 void plan_embedding_bag_batch_into(EmbagCallPlan& p, const shapejit_embedding_bag_batch& batch, IndexRangeCheck when,
-                                   const std::array<ByteRange, 5>* passed_ranges) {
+                                   const InputRanges* passed_ranges) {
   using validate_detail::invalid_with;
   const EmbagCallPlan& form = p;  // the form's fields, which no batch changes
   if (form.weighted && !batch.per_sample_weights && batch.num_indices > 0)

@@ -65,7 +65,7 @@ EmbagCallPlan plan_embedding_bag_batch(const EmbagCallPlan& form, const shapejit
 /// prepared call's memory of its last buffers: the rules read nothing else), and their ranges
 /// are taken as given instead of checked again.
 void plan_embedding_bag_batch_into(EmbagCallPlan& plan, const shapejit_embedding_bag_batch& batch,
-                                   IndexRangeCheck when, const std::array<ByteRange, 5>* passed_ranges = nullptr);
+                                   IndexRangeCheck when, const InputRanges* passed_ranges = nullptr);
 
 /// The index positions validation checks: [0, index_check_end(plan)) (the positions a bag
 /// covers, and for spans every position).

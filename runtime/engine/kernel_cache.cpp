@@ -1,8 +1,9 @@
 // KernelCache<Key>. The lock guards only the map, the counters and the code reservation: a
-// compilation runs outside it, published through a promise that is settled on every path (the kernel
-// or the failure as a status and message), and a failed entry leaves the map before its waiters wake, so the next lookup
-// starts afresh. Reserving before compiling is what keeps the code-memory limit exact: checking
-// only the code already held would let every compilation in flight pass the same check.
+// compilation runs outside it, published through a promise that is settled on every path (the
+// kernel, or the failure as a status and message), and a failed entry leaves the map before its
+// waiters wake, so the next lookup starts afresh. Reserving before compiling is what keeps the
+// code-memory limit exact: checking only the code already held would let every compilation in
+// flight pass the same check.
 // A forked child has none of the threads whose compilations were in flight: their entries would
 // stay pending there for ever (every asker waiting on a promise nobody keeps), so the child drops
 // them and compiles those keys again (docs/fork.md).

@@ -126,7 +126,8 @@ SJ_AVX2 __m256 code_pair(__m256 v0, __m256 v1, __m256 s8, __m256 r8, __m256i zb,
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_xor_si128(ordered, flip));
   if (!kRecip) return _mm256_setzero_ps();
   const __m256 sign = _mm256_set1_ps(-0.0f), limit = _mm256_set1_ps(kAmbiguous);
-  const __m256 off0 = _mm256_andnot_ps(sign, _mm256_sub_ps(y0, t0)), off1 = _mm256_andnot_ps(sign, _mm256_sub_ps(y1, t1));
+  const __m256 off0 = _mm256_andnot_ps(sign, _mm256_sub_ps(y0, t0));
+  const __m256 off1 = _mm256_andnot_ps(sign, _mm256_sub_ps(y1, t1));
   return _mm256_cmp_ps(_mm256_max_ps(off0, off1), limit, _CMP_GE_OQ);
 }
 
@@ -186,7 +187,8 @@ SJ_AVX2 int64_t quantize_rows_k(const float* x, int64_t ldx, int64_t k_any, int6
     alignas(32) int32_t zb_of[kBlockRows];
     _mm256_store_ps(s_of, s);
     _mm256_store_ps(r_of, _mm256_div_ps(one, s));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(zb_of), _mm256_add_epi32(_mm256_cvtps_epi32(z), _mm256_set1_epi32(128)));
+    const __m256i zb = _mm256_add_epi32(_mm256_cvtps_epi32(z), _mm256_set1_epi32(128));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(zb_of), zb);
     const int recip = _mm256_movemask_ps(_mm256_cmp_ps(s, _mm256_set1_ps(kMinRecipScale), _CMP_GE_OQ));
     for (int64_t i = 0; i < n; ++i) {
       const float* xr = x + (r0 + i) * ldx;
