@@ -1,8 +1,10 @@
 // The index range check (runtime/embag/validate.cpp): an unsigned max (AVX-512 for int64, any x86
-// clone for int32) or an OR-reduction of idx | (limit - 1 - idx) (int64 on AVX2 and elsewhere),
-// vectorised for long calls and inline for short ones; the qemu_avx2 run covers the AVX2 clone. Every position modulo the vector widths
-// and unroll (up to 64 int32 lanes), boundary values on both sides, int32 and int64, and the
-// message naming the first bad index.
+// clone for int32), a max of 32-bit words (int64 on AVX2, tables of up to 2^32 rows) or an
+// OR-reduction of idx | (limit - 1 - idx) (elsewhere), vectorised for long calls and inline for
+// short ones; the qemu_avx2 run covers the AVX2 clone. Every position modulo the vector widths and
+// unroll (up to 64 int32 lanes), boundary values on both sides (for int64 also values whose low
+// word is in range and high word is not), int32 and int64, and the message naming the first bad
+// index.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -46,7 +48,12 @@ const int64_t kLengths[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64
 template <class T>
 void battery(shapejit_dtype dtype) {
   const int64_t rows = 1000;
-  const std::vector<int64_t> bad = {rows, rows + 1, -1, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()};
+  std::vector<int64_t> bad = {rows, rows + 1, -1, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()};
+  if (sizeof(T) == 8) {
+    // A valid low word under a high word of 1, of all ones (negative) and of 2^31 (negative).
+    const int64_t high_one = int64_t(1) << 32;
+    bad.insert(bad.end(), {high_one, high_one + rows - 1, -high_one + 5, std::numeric_limits<int64_t>::min() + 7});
+  }
   for (int64_t n : kLengths) {
     CAPTURE(n);
     std::vector<T> idx(static_cast<size_t>(n));
@@ -105,6 +112,21 @@ TEST_CASE("index range: tables beyond the index type's range") {
       CHECK(check(idx, rows, SHAPEJIT_I64) == SHAPEJIT_INVALID_ARGUMENT);
       CHECK(std::string(shapejit_last_error()).find(first_bad_text(n - 1, v)) != std::string::npos);
       idx[size_t(n - 1)] = rows - 1;
+    }
+  }
+  // int64 indices over exactly 2^32 rows (the widest table the AVX2 word-wise max covers) and one
+  // row more (the OR form).
+  for (const int64_t rows32 : {int64_t(1) << 32, (int64_t(1) << 32) + 1}) {
+    CAPTURE(rows32);
+    std::vector<int64_t> idx(40, 0);
+    idx[7] = rows32 - 1;
+    idx[33] = std::numeric_limits<uint32_t>::max();
+    CHECK(check(idx, rows32, SHAPEJIT_I64) == SHAPEJIT_OK);
+    for (int64_t v : {rows32, rows32 + 1, int64_t(1) << 33, int64_t(-1)}) {
+      idx[21] = v;
+      CHECK(check(idx, rows32, SHAPEJIT_I64) == SHAPEJIT_INVALID_ARGUMENT);
+      CHECK(std::string(shapejit_last_error()).find(first_bad_text(21, v)) != std::string::npos);
+      idx[21] = 0;
     }
   }
   // No rows: no index is valid, 0 included.

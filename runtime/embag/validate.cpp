@@ -6,6 +6,9 @@
 // (validate_offsets.cpp), indices and the mapping entries they read, the shapes: validate_batch).
 #include "runtime/embag/validate.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -274,8 +277,28 @@ inline __attribute__((always_inline)) bool indices_below_by_max(const T* idx, in
 __attribute__((target("avx512f"))) bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
   return indices_below_by_max<uint64_t>(idx, n, limit);
 }
+// AVX2 has an unsigned max of 32-bit words only. Read as two words, an int64 index is below a
+// limit <= 2^32 iff its high word is 0 and its low word is below the limit; so the word-wise max
+// over all indices, read back as 64-bit lanes, is below the limit iff every index is (the high
+// words' max is 0 and the low words' max below the limit). One max per 4 indices with its load
+// folded in, where the OR form takes a subtract and two ORs: 8,192 indices from L2 on the Zen 1
+// host 1.66 -> 0.91 us (a probe, both alone). Four accumulators keep two loads a cycle going.
 __attribute__((target("avx2"))) bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
-  return indices_in_range_body<uint64_t>(idx, n, limit);
+  if (limit > (uint64_t{1} << 32)) return indices_in_range_body<uint64_t>(idx, n, limit);
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_epu32(m0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + i)));
+    m1 = _mm256_max_epu32(m1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + i + 4)));
+    m2 = _mm256_max_epu32(m2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + i + 8)));
+    m3 = _mm256_max_epu32(m3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx + i + 12)));
+  }
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
+                     _mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3)));
+  uint64_t high = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+  for (; i < n; ++i) high = std::max(high, static_cast<uint64_t>(idx[i]));  // negative: huge
+  return n == 0 || high < limit;
 }
 __attribute__((target("default"))) bool indices_in_range(const int64_t* idx, int64_t n, uint64_t limit) {
   return indices_in_range_body<uint64_t>(idx, n, limit);
