@@ -11,6 +11,11 @@
 //         aten  torch.embedding_bag for f16 (at::_embedding_bag_forward_only); torch's
 //               quantized::embedding_bag_{byte,4bit,2bit}_rowwise_offsets for q8/q4/q2 in mode
 //               sum only (torch computes a sum in every mode); none for bf16 (t1)
+//         limit the byte-row limit loop of the engine's ISA (gather_limit.hpp, ByteLimitArgs): each
+//               indexed row's stored bytes (codes and scale/bias for quantized rows) read once
+//               and added as bytes, each per-sample weight read, each bag's output row written;
+//               its prefetch distance is the engine's for such rows; what the memory system
+//               allows a kernel of the dtype whose arithmetic were free (t1)
 //         fbgemm FBGEMM's JIT kernel called directly (fbgemm_runner.hpp), generated once per
 //               case: GenerateEmbeddingSpMDM for f16 (f16 out), bf16 (is_bf16_in, bf16 out)
 //               and q8 (the packed rows as they are: FBGEMM's default 8-bit layout is torch's,
@@ -25,7 +30,8 @@
 // embedding_bag_rows.cpp turns them into GBps, Mrows_s, vs_aten, vs_fbgemm and vs_f32.
 //
 // Before its first timing every (impl, case) is checked once against the reference output on
-// index set 0 (widened to f32); a mismatch fails the row.
+// index set 0 (widened to f32), a limit row against a scalar loop of its byte sums; a mismatch
+// fails the row.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -42,17 +48,20 @@
 #include "dtype_tables.hpp"
 #include "embag_timing.hpp"
 #include "fbgemm_runner.hpp"
+#include "limit_select.hpp"
 #include "ref/embedding_bag.hpp"
+#include "runtime/engine/isa_select.hpp"
 #include "shapejit/shapejit.h"
 #include "workload.hpp"
 
 namespace shapejit::bench {
 namespace {
 
-enum class Impl { kAten, kFbgemm, kRef, kJit };
+enum class Impl { kLimit, kAten, kFbgemm, kRef, kJit };
 
 const char* impl_name(Impl impl) {
   switch (impl) {
+    case Impl::kLimit: return "limit";
     case Impl::kAten: return "aten";
     case Impl::kFbgemm: return "fbgemm";
     case Impl::kRef: return "ref";
@@ -203,8 +212,69 @@ class FbgemmCaseRunner final : public Runner {
   FbgemmRunner fbgemm_;
 };
 
+// The byte-row limit loop of the engine's ISA over the table's rows, on one thread.
+class LimitRunner final : public Runner {
+ public:
+  LimitRunner(const Workload& w, const DtypeTable& t, const ModeSpec& mode) : w_(w) {
+    std::string why_not;
+    loop_ = byte_limit_loop(rt::selected_isa(), why_not);
+    if (!loop_) throw std::runtime_error(why_not);
+    const int64_t value_bytes = is_quantized(t.dtype()) ? 1 : element_bytes(t.dtype());
+    args_.table = static_cast<const uint8_t*>(t.data());
+    args_.row_stride_bytes = t.row_stride() * value_bytes;
+    args_.row_bytes = t.row_bytes();
+    args_.num_indices = w.num_indices();
+    args_.offsets = w.offsets().data();
+    args_.num_offsets = int64_t(w.offsets().size());
+    args_.per_sample_weights = mode.weighted ? t.per_sample_weights() : nullptr;
+    args_.weight_bytes = is_quantized(t.dtype()) ? 4 : element_bytes(t.dtype());
+    args_.output_bytes = w.spec().dim * element_bytes(output_dtype(t.dtype()));
+    output_.resize(size_t(args_.num_offsets * args_.output_bytes));
+    args_.output = output_.data();
+    set_byte_limit_prefetch(args_, rt::selected_isa(), w.spec().rows);
+  }
+  void run(int64_t set) override {
+    args_.indices = w_.indices(set);
+    if (!loop_(args_, 0, args_.num_offsets))
+      throw std::runtime_error("limit: the byte-row loop takes rows of whole dwords and outputs of whole 16-byte "
+                               "lane sets, not " + std::to_string(args_.row_bytes) + " and " +
+                               std::to_string(args_.output_bytes) + " bytes");
+  }
+  std::vector<float> output_f32() const override { throw std::logic_error("a limit row has no embedding output"); }
+
+  /// Runs index set 0 and compares every output byte with ByteLimitArgs' definition, computed
+  /// here by a scalar loop.
+  void check() {
+    run(0);
+    const ByteLimitArgs& a = args_;
+    const auto* weights = static_cast<const uint8_t*>(a.per_sample_weights);
+    for (int64_t b = 0; b < a.num_offsets; ++b) {
+      uint8_t lanes[16] = {};
+      const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
+      for (int64_t i = a.offsets[b]; i < end; ++i) {
+        const uint8_t* row = a.table + a.indices[i] * a.row_stride_bytes;
+        for (int64_t k = 0; k < a.row_bytes; ++k) lanes[k % 16] = uint8_t(lanes[k % 16] + row[k]);
+        for (int64_t k = 0; weights && k < a.weight_bytes; ++k)
+          lanes[k] = uint8_t(lanes[k] + weights[i * a.weight_bytes + k]);
+      }
+      for (int64_t o = 0; o < a.output_bytes; ++o)
+        if (output_[size_t(b * a.output_bytes + o)] != lanes[o % 16])
+          throw std::runtime_error("limit: bag " + std::to_string(b) + " output byte " + std::to_string(o) + " is " +
+                                   std::to_string(output_[size_t(b * a.output_bytes + o)]) + ", its byte sum " +
+                                   std::to_string(lanes[o % 16]));
+    }
+  }
+
+ private:
+  const Workload& w_;
+  ByteLimitLoop loop_ = nullptr;
+  ByteLimitArgs args_;
+  std::vector<uint8_t> output_;
+};
+
 std::unique_ptr<Runner> make_runner(const Case& c, const Workload& w, const DtypeTable& t) {
   switch (c.impl) {
+    case Impl::kLimit: return std::make_unique<LimitRunner>(w, t, c.mode);
     case Impl::kAten: return std::make_unique<AtenRunner>(w, t, c.mode);
     case Impl::kFbgemm: return std::make_unique<FbgemmCaseRunner>(w, t, c.mode);
     case Impl::kRef: return std::make_unique<RefRunner>(w, t, c.mode);
@@ -251,7 +321,8 @@ void run_case(benchmark::State& state, const Case& c) {
     Workload& w = workload_for(c.data);
     const DtypeTable& t = dtype_table_for(w, c.dtype.dtype);
     const auto runner = make_runner(c, w, t);
-    check_output_once(c, w, t, *runner);
+    if (auto* limit = dynamic_cast<LimitRunner*>(runner.get())) limit->check();
+    else check_output_once(c, w, t, *runner);
     runner->prepare();
     const double rows = double(w.num_indices());
     time_calls(state, [&](int64_t set) { runner->run(set); }, [&] { return w.next_set(); },
@@ -265,8 +336,9 @@ void register_case(const Case& c) {
   register_embag_benchmark(c.name(), [c](benchmark::State& s) { run_case(s, c); });
 }
 
-// Per problem: t1 aten and fbgemm (where each has the operation), ref, jit; then t2 jit.
+// Per problem: t1 limit, aten and fbgemm (where each has the operation), ref, jit; then t2 jit.
 void register_problem(const ModeSpec& mode, const WorkloadSpec& data, const TableDtype& dtype) {
+  register_case({Impl::kLimit, mode, data, dtype, 1});
   const int aten_mode = mode.mode == SHAPEJIT_SUM ? 0 : mode.mode == SHAPEJIT_MEAN ? 1 : 2;
   if (!aten_dtype_unsupported_reason(dtype.dtype, aten_mode)) register_case({Impl::kAten, mode, data, dtype, 1});
   if (!fbgemm_unsupported_reason(dtype.dtype, mode.mode)) register_case({Impl::kFbgemm, mode, data, dtype, 1});

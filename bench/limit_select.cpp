@@ -9,13 +9,22 @@
 
 namespace shapejit::bench {
 
-LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
-  LimitLoop loop = nullptr;
+namespace {
+
+// The loop of `isa` among one kind's three (nullptr where this build has none), or nullptr with
+// `why_not` when it is missing or the host does not run it.
+template <class Fn>
+Fn host_loop(jit::Isa isa, Fn avx512, Fn avx2, Fn neon, std::string& why_not) {
+  Fn loop = nullptr;
 #if defined(__x86_64__)
-  if (isa == jit::Isa::kAvx512) loop = limit_embedding_bag_avx512;
-  if (isa == jit::Isa::kAvx2) loop = limit_embedding_bag_avx2;
+  if (isa == jit::Isa::kAvx512) loop = avx512;
+  if (isa == jit::Isa::kAvx2) loop = avx2;
+  (void)neon;
 #elif defined(__aarch64__)
-  if (isa == jit::Isa::kNeon) loop = limit_embedding_bag_neon;
+  if (isa == jit::Isa::kNeon) loop = neon;
+  (void)avx512, (void)avx2;
+#else
+  (void)avx512, (void)avx2, (void)neon;
 #endif
   if (!loop) {
     why_not = isa == jit::Isa::kScalar
@@ -31,6 +40,17 @@ LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
   return loop;
 }
 
+}  // namespace
+
+LimitLoop limit_loop(jit::Isa isa, std::string& why_not) {
+  return host_loop<LimitLoop>(isa, limit_embedding_bag_avx512, limit_embedding_bag_avx2, limit_embedding_bag_neon,
+                              why_not);
+}
+
+ByteLimitLoop byte_limit_loop(jit::Isa isa, std::string& why_not) {
+  return host_loop<ByteLimitLoop>(isa, limit_byte_rows_avx512, limit_byte_rows_avx2, limit_byte_rows_neon, why_not);
+}
+
 int64_t limit_prefetch_bytes(const LimitArgs& args, int64_t block_bytes) {
   if (!args.prefetch_head || args.op == LimitOp::kMax) return block_bytes;
   return jit::embag_prefetch_head_bytes(args.dim * int64_t(sizeof(float)), block_bytes);
@@ -41,6 +61,10 @@ void set_limit_prefetch(LimitArgs& args, jit::Isa isa, int64_t num_rows) {
   const int64_t stride_bytes = args.row_stride * int64_t(sizeof(float));
   args.prefetch_distance = rt::uncached_prefetch_distance(isa, row_bytes, num_rows, stride_bytes);
   args.prefetch_head = rt::row_head_prefetch_pays(isa, num_rows, stride_bytes);
+}
+
+void set_byte_limit_prefetch(ByteLimitArgs& args, jit::Isa isa, int64_t num_rows) {
+  args.prefetch_distance = rt::uncached_prefetch_distance(isa, args.row_bytes, num_rows, args.row_stride_bytes);
 }
 
 bool limit_dim_supported(int64_t dim) {

@@ -19,11 +19,20 @@ using LimitLoop = bool (*)(const LimitArgs& args, int64_t bag_begin, int64_t bag
 /// `why_not` says which of the two is missing.
 LimitLoop limit_loop(jit::Isa isa, std::string& why_not);
 
+using ByteLimitLoop = bool (*)(const ByteLimitArgs& args, int64_t bag_begin, int64_t bag_end);
+
+/// The byte-row limit loop of `isa` (tables of other dtypes than f32), as limit_loop.
+ByteLimitLoop byte_limit_loop(jit::Isa isa, std::string& why_not);
+
 /// Sets args.prefetch_distance and prefetch_head for a loop on `isa` over a table of `num_rows`
 /// rows: the engine's distance for a table beyond the private cache
 /// (rt::uncached_prefetch_distance) and its head-of-row rule (rt::row_head_prefetch_pays).
 /// The limit prefetches even where the engine's kernels skip it for a table that stays in L2.
 void set_limit_prefetch(LimitArgs& args, jit::Isa isa, int64_t num_rows);
+
+/// args.prefetch_distance of a byte-row loop on `isa` over a table of `num_rows` rows: the
+/// engine's distance for a table beyond the private cache, for rows of args.row_bytes.
+void set_byte_limit_prefetch(ByteLimitArgs& args, jit::Isa isa, int64_t num_rows);
 
 /// True when the limit loops have a specialisation for this row width (16, 32, ..., 512).
 bool limit_dim_supported(int64_t dim);
