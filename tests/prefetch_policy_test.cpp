@@ -162,6 +162,10 @@ TEST_CASE("head-of-row prefetch: f32 rows on AVX2 but max, and on AVX-512 for a 
     MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_DISTANCE is set and fixes the distance for every call");
     return;
   }
+  if (std::getenv("SHAPEJIT_PREFETCH_HEAD")) {
+    MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_HEAD is set and fixes the head-of-row choice");
+    return;
+  }
   using shapejit::jit::Isa;
   const int64_t big = int64_t(1) << 30;  // rows of a table beyond any L3
   CHECK(key_head(big, 128, Isa::kAvx2));
@@ -194,6 +198,32 @@ TEST_CASE("head-of-row prefetch: f32 rows on AVX2 but max, and on AVX-512 for a 
   key.table = shapejit::DType::kF32;
   key.prefetch = 0;
   CHECK(shapejit::jit::embag_key_unsupported_reason(key).has_value());
+}
+
+// ctest runs this file again with SHAPEJIT_PREFETCH_HEAD=0 and =1 (prefetch_policy_test.head0,
+// .head1): every prefetching f32 key follows it, on every ISA and table size, max included; keys
+// without prefetch or of other tables never prefetch heads.
+TEST_CASE("SHAPEJIT_PREFETCH_HEAD forces the head-of-row choice") {
+  const char* forced = std::getenv("SHAPEJIT_PREFETCH_HEAD");
+  if (!forced || std::getenv("SHAPEJIT_PREFETCH_DISTANCE")) {
+    MESSAGE("SKIPPED: SHAPEJIT_PREFETCH_HEAD is not set (ctest sets it in prefetch_policy_test.head0 and .head1)");
+    return;
+  }
+  using shapejit::jit::Isa;
+  REQUIRE((std::string(forced) == "0" || std::string(forced) == "1"));
+  const bool head = std::string(forced) == "1";
+  const int64_t big = int64_t(1) << 30, in_l3 = 4096;  // rows beyond any L3; within half of every L3 here
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    CAPTURE(shapejit::jit::isa_name(isa));
+    for (int64_t rows : {big, in_l3}) {
+      CAPTURE(rows);
+      CHECK(key_head(rows, 128, isa) == head);
+      CHECK(key_head(rows, 128, isa, SHAPEJIT_MEAN) == head);
+      CHECK(key_head(rows, 128, isa, SHAPEJIT_MAX) == head);
+      CHECK_FALSE(key_head(rows, 128, isa, SHAPEJIT_SUM, SHAPEJIT_F16));  // f32 rows only
+    }
+    CHECK_FALSE(key_head(16, 128, isa));  // a cached table: no prefetch at all
+  }
 }
 
 TEST_CASE("a head-of-row key prefetches the head of an f32 row; other keys every line") {

@@ -55,6 +55,21 @@ int prefetch_override() {
   return distance;
 }
 
+/// SHAPEJIT_PREFETCH_HEAD when set: 0 = every kernel prefetches whole rows, 1 = the head wherever
+/// the key admits it (jit::embag_prefetch_head_defined); else -1, the policy below. For comparing
+/// the two on a host class the policy was not measured on (the benchmark's limit loops follow it
+/// too), as SHAPEJIT_PREFETCH_DISTANCE does for the distance.
+int prefetch_head_override() {
+  static const int head = [] {
+    const char* text = std::getenv("SHAPEJIT_PREFETCH_HEAD");
+    if (!text || !*text) return -1;
+    if ((text[0] == '0' || text[0] == '1') && text[1] == '\0') return text[0] - '0';
+    std::fprintf(stderr, "shapejit: ignoring SHAPEJIT_PREFETCH_HEAD=%s (want 0 or 1)\n", text);
+    return -1;
+  }();
+  return head;
+}
+
 // Whether a table of `num_rows` rows, `row_stride_bytes` apart, spans more than `budget` bytes.
 // Multiplied, not divided: this runs on every call, where a 64-bit division costs tens of
 // cycles; a product that overflows is a table beyond any cache.
@@ -123,6 +138,7 @@ int distance_of(jit::Isa isa, int64_t row_bytes, bool beyond) {
 /// keeps sum's blocks and gains like sum on AVX2: two A/B runs on the Zen 4 host, D=32 +1..+6 %,
 /// D=64 +2 %, D=128 +3 %, D=256 -1..+2 %, D=512 -2..+16 %.
 bool head_pays(jit::Isa isa, bool beyond, bool max_ids) {
+  if (const int forced = prefetch_head_override(); forced >= 0) return forced == 1;
   if (isa == jit::Isa::kAvx2) return !max_ids;
   return isa == jit::Isa::kAvx512 && !beyond;
 }

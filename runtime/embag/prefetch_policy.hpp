@@ -23,7 +23,7 @@ struct EmbagPrefetch {
 /// (rows stay cached; on AVX-512 max prefetches anyway; rows longer than a cache line beyond an
 /// eighth of L2 on AVX2 and, in mean mode, beyond a quarter on AVX-512), else
 /// uncached_prefetch_distance, and row_head_prefetch_pays. SHAPEJIT_PREFETCH_DISTANCE fixes the
-/// distance for every call.
+/// distance for every call, SHAPEJIT_PREFETCH_HEAD (0 or 1) the head-of-row choice.
 EmbagPrefetch embag_prefetch(const EmbagCallPlan& plan, jit::Isa isa);
 
 /// Bytes of the core's private (L2) cache as the prefetch rule reads it (512 KiB where the
@@ -44,7 +44,8 @@ int uncached_prefetch_distance(jit::Isa isa, int64_t row_bytes, int64_t num_rows
 /// Whether prefetching only the head of each sum row pays on `isa` for a table of `num_rows`
 /// rows `row_stride_bytes` apart (for the tables jit::embag_prefetch_head_defined admits): on
 /// AVX2 always (max rows never), on AVX-512 for a table within half of L3 (max rows too),
-/// elsewhere never. The benchmark's limit loops (gather-sums) follow it.
+/// elsewhere never; SHAPEJIT_PREFETCH_HEAD=0/1 forces it off/on. The benchmark's limit loops
+/// (gather-sums) follow it.
 bool row_head_prefetch_pays(jit::Isa isa, int64_t num_rows, int64_t row_stride_bytes);
 
 }  // namespace shapejit::rt
