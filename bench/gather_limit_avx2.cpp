@@ -90,69 +90,38 @@ struct Loop {
   }
 };
 
-// A weight's bytes (2 or 4) in lanes 0..3 of a vector.
-inline __m128i weight_lanes(const uint8_t* w, int64_t bytes) {
-  uint32_t bits = 0;
-  if (bytes == 4) __builtin_memcpy(&bits, w, 4);
-  else __builtin_memcpy(&bits, w, 2);
-  return _mm_cvtsi32_si128(static_cast<int>(bits));
-}
+// A byte-row loop's accumulators (walk_byte_rows in gather_limit_dispatch.hpp): a row's whole
+// 32-byte vectors into four accumulators, its last kRowBytes % 32 bytes (a multiple of 4) by loads
+// of 16, 8 and 4 bytes into the lanes of their positions, so nothing past the row is read (a
+// masked vpmaskmovd load stalled the loop on the Zen 1 host: 2.5x the time at 40-byte rows).
+struct ByteAcc {
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  __m128i small = _mm_setzero_si128();
 
-// Rows of kRowBytes as bytes (ByteLimitArgs): whole 32-byte vectors into four accumulators, the
-// row's last kRowBytes % 32 bytes (a multiple of 4) by loads of 16, 8 and 4 bytes into the lanes
-// of their positions, so nothing past the row is read (a masked vpmaskmovd load stalled the loop
-// on the Zen 1 host: 2.5x the time at 40-byte rows). The row `prefetch_distance` positions ahead
-// gets a prefetch per 64 bytes from its start and one at its last byte (a row that does not
-// start on a line ends one line further). All of it unrolled at compile time.
-template <int kRowBytes>
-void gather_byte_rows(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-  constexpr int kWhole = kRowBytes / 32, kTail = kRowBytes % 32;
-  static_assert(kTail % 4 == 0, "rows of whole dwords");
-  const int64_t last = a.num_indices - 1;
-  const uint8_t* weights = static_cast<const uint8_t*>(a.per_sample_weights);
-  for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t begin = a.offsets[b];
-    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
-    __m256i acc[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_setzero_si256();
-    __m128i small_acc = _mm_setzero_si128();
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
-      const char* next = reinterpret_cast<const char*>(a.table + a.indices[ahead] * a.row_stride_bytes);
+  template <int kRowBytes>
+  void add_row(const uint8_t* row) {
+    constexpr int kWhole = kRowBytes / 32, kTail = kRowBytes % 32;
 #pragma GCC unroll 32
-      for (int off = 0; off < kRowBytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-      if constexpr (kRowBytes % 64 != 0) _mm_prefetch(next + kRowBytes - 1, _MM_HINT_T0);
-      const uint8_t* row = a.table + a.indices[i] * a.row_stride_bytes;
-#pragma GCC unroll 32
-      for (int v = 0; v < kWhole; ++v)
-        acc[v % 4] = _mm256_add_epi8(acc[v % 4], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * v)));
-      const uint8_t* tail = row + 32 * kWhole;
-      if constexpr (kTail & 16) {
-        small_acc = _mm_add_epi8(small_acc, _mm_loadu_si128(reinterpret_cast<const __m128i*>(tail)));
-        tail += 16;
-      }
-      if constexpr (kTail & 8) small_acc = _mm_add_epi8(small_acc, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tail)));
-      if constexpr (kTail & 4) {
-        int32_t word = 0;
-        __builtin_memcpy(&word, tail + (kTail & 8), 4);
-        small_acc = _mm_add_epi8(small_acc, _mm_insert_epi32(_mm_setzero_si128(), word, (kTail & 8) ? 2 : 0));
-      }
-      if (weights) small_acc = _mm_add_epi8(small_acc, weight_lanes(weights + i * a.weight_bytes, a.weight_bytes));
+    for (int v = 0; v < kWhole; ++v)
+      acc[v % 4] = _mm256_add_epi8(acc[v % 4], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * v)));
+    const uint8_t* tail = row + 32 * kWhole;
+    if constexpr (kTail & 16) {
+      small = _mm_add_epi8(small, _mm_loadu_si128(reinterpret_cast<const __m128i*>(tail)));
+      tail += 16;
     }
+    if constexpr (kTail & 8) small = _mm_add_epi8(small, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tail)));
+    if constexpr (kTail & 4) {
+      int32_t word = 0;
+      __builtin_memcpy(&word, tail + (kTail & 8), 4);
+      small = _mm_add_epi8(small, _mm_insert_epi32(_mm_setzero_si128(), word, (kTail & 8) ? 2 : 0));
+    }
+  }
+  void add_weight(uint32_t bits) { small = _mm_add_epi8(small, _mm_cvtsi32_si128(static_cast<int>(bits))); }
+  void store(uint8_t* out, int64_t bytes) const {
     const __m256i sum = _mm256_add_epi8(_mm256_add_epi8(acc[0], acc[1]), _mm256_add_epi8(acc[2], acc[3]));
     const __m128i lanes =
-        _mm_add_epi8(_mm_add_epi8(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1)), small_acc);
-    uint8_t* out = a.output + b * a.output_bytes;
-    for (int64_t o = 0; o < a.output_bytes; o += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), lanes);
-  }
-}
-
-// The byte-row loop as run_byte_limit_loop (gather_limit_dispatch.hpp) calls it.
-struct ByteLoop {
-  template <int kRowBytes>
-  static void run(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-    gather_byte_rows<kRowBytes>(a, bag_begin, bag_end);
+        _mm_add_epi8(_mm_add_epi8(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1)), small);
+    for (int64_t o = 0; o < bytes; o += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), lanes);
   }
 };
 
@@ -163,7 +132,7 @@ bool limit_embedding_bag_avx2(const LimitArgs& args, int64_t bag_begin, int64_t 
 }
 
 bool limit_byte_rows_avx2(const ByteLimitArgs& args, int64_t bag_begin, int64_t bag_end) {
-  return run_byte_limit_loop<ByteLoop>(args, bag_begin, bag_end);
+  return run_byte_limit_loop<ByteAcc>(args, bag_begin, bag_end);
 }
 
 #else  // not x86-64: no AVX2 loop (limit_loop() never hands this one out there)

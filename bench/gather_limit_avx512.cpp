@@ -84,42 +84,24 @@ struct Loop {
   }
 };
 
-// Rows of kRowBytes as bytes (ByteLimitArgs): whole 64-byte vectors into four accumulators, the
-// row's last kRowBytes % 64 bytes by one dword-masked load (masked-off dwords are not read), a
-// weight as one scalar load; the row `prefetch_distance` positions ahead gets a prefetch per 64
-// bytes from its start and one at its last byte. All of it unrolled at compile time.
-template <int kRowBytes>
-void gather_byte_rows(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-  constexpr int kWhole = kRowBytes / 64, kTail = kRowBytes % 64;
-  static_assert(kTail % 4 == 0, "rows of whole dwords");
-  constexpr __mmask16 kTailMask = static_cast<__mmask16>((1u << (kTail / 4)) - 1);
-  const int64_t last = a.num_indices - 1;
-  const uint8_t* weights = static_cast<const uint8_t*>(a.per_sample_weights);
-  for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t begin = a.offsets[b];
-    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
-    __m512i acc[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) acc[k] = _mm512_setzero_si512();
-    __m128i weight_acc = _mm_setzero_si128();
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
-      const char* next = reinterpret_cast<const char*>(a.table + a.indices[ahead] * a.row_stride_bytes);
+// A byte-row loop's accumulators (walk_byte_rows in gather_limit_dispatch.hpp): a row's whole
+// 64-byte vectors into four accumulators, its last kRowBytes % 64 bytes by one dword-masked load
+// (masked-off dwords are not read).
+struct ByteAcc {
+  __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  __m128i small = _mm_setzero_si128();
+
+  template <int kRowBytes>
+  void add_row(const uint8_t* row) {
+    constexpr int kWhole = kRowBytes / 64, kTail = kRowBytes % 64;
+    constexpr __mmask16 kTailMask = static_cast<__mmask16>((1u << (kTail / 4)) - 1);
 #pragma GCC unroll 32
-      for (int off = 0; off < kRowBytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T0);
-      if constexpr (kRowBytes % 64 != 0) _mm_prefetch(next + kRowBytes - 1, _MM_HINT_T0);
-      const uint8_t* row = a.table + a.indices[i] * a.row_stride_bytes;
-#pragma GCC unroll 32
-      for (int v = 0; v < kWhole; ++v) acc[v % 4] = _mm512_add_epi8(acc[v % 4], _mm512_loadu_si512(row + 64 * v));
-      if constexpr (kTail != 0)
-        acc[kWhole % 4] = _mm512_add_epi8(acc[kWhole % 4], _mm512_maskz_loadu_epi32(kTailMask, row + 64 * kWhole));
-      if (weights) {
-        uint32_t w = 0;  // 2 or 4 bytes, each a fixed-size copy (one load)
-        if (a.weight_bytes == 4) __builtin_memcpy(&w, weights + i * 4, 4);
-        else __builtin_memcpy(&w, weights + i * 2, 2);
-        weight_acc = _mm_add_epi8(weight_acc, _mm_cvtsi32_si128(static_cast<int>(w)));
-      }
-    }
+    for (int v = 0; v < kWhole; ++v) acc[v % 4] = _mm512_add_epi8(acc[v % 4], _mm512_loadu_si512(row + 64 * v));
+    if constexpr (kTail != 0)
+      acc[kWhole % 4] = _mm512_add_epi8(acc[kWhole % 4], _mm512_maskz_loadu_epi32(kTailMask, row + 64 * kWhole));
+  }
+  void add_weight(uint32_t bits) { small = _mm_add_epi8(small, _mm_cvtsi32_si128(static_cast<int>(bits))); }
+  void store(uint8_t* out, int64_t bytes) const {
     const __m512i sum = _mm512_add_epi8(_mm512_add_epi8(acc[0], acc[1]), _mm512_add_epi8(acc[2], acc[3]));
     // Masked extracts with a full mask are the plain vextracti64x4; the unmasked intrinsics (and
     // the 512-to-256 cast, built on one) trip the false -Wmaybe-uninitialized in GCC 12's header
@@ -128,17 +110,8 @@ void gather_byte_rows(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end
     const __m256i high = _mm512_mask_extracti64x4_epi64(_mm256_setzero_si256(), 0xFF, sum, 1);
     const __m256i half = _mm256_add_epi8(low, high);
     const __m128i lanes =
-        _mm_add_epi8(_mm_add_epi8(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1)), weight_acc);
-    uint8_t* out = a.output + b * a.output_bytes;
-    for (int64_t o = 0; o < a.output_bytes; o += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), lanes);
-  }
-}
-
-// The byte-row loop as run_byte_limit_loop (gather_limit_dispatch.hpp) calls it.
-struct ByteLoop {
-  template <int kRowBytes>
-  static void run(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-    gather_byte_rows<kRowBytes>(a, bag_begin, bag_end);
+        _mm_add_epi8(_mm_add_epi8(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1)), small);
+    for (int64_t o = 0; o < bytes; o += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + o), lanes);
   }
 };
 
@@ -149,7 +122,7 @@ bool limit_embedding_bag_avx512(const LimitArgs& args, int64_t bag_begin, int64_
 }
 
 bool limit_byte_rows_avx512(const ByteLimitArgs& args, int64_t bag_begin, int64_t bag_end) {
-  return run_byte_limit_loop<ByteLoop>(args, bag_begin, bag_end);
+  return run_byte_limit_loop<ByteAcc>(args, bag_begin, bag_end);
 }
 
 #else  // not x86-64: no AVX-512 loop (limit_loop() never hands this one out there)

@@ -82,58 +82,30 @@ struct Loop {
   }
 };
 
-// Rows of kRowBytes as bytes (ByteLimitArgs): whole 16-byte vectors into four accumulators, the
-// row's last kRowBytes % 16 bytes (a multiple of 4) by loads of 8 and 4 bytes into the lanes of
-// their positions, so nothing past the row is read; a weight as one scalar load; the row
-// `prefetch_distance` positions ahead gets a prefetch per 64 bytes from its start and one at
-// its last byte. All of it unrolled at compile time.
-template <int kRowBytes>
-void gather_byte_rows(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-  constexpr int kWhole = kRowBytes / 16, kTail = kRowBytes % 16;
-  static_assert(kTail % 4 == 0, "rows of whole dwords");
-  const int64_t last = a.num_indices - 1;
-  const uint8_t* weights = static_cast<const uint8_t*>(a.per_sample_weights);
-  for (int64_t b = bag_begin; b < bag_end; ++b) {
-    const int64_t begin = a.offsets[b];
-    const int64_t end = b + 1 < a.num_offsets ? a.offsets[b + 1] : a.num_indices;
-    uint8x16_t acc[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) acc[k] = vdupq_n_u8(0);
-    uint8x16_t small_acc = vdupq_n_u8(0);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t ahead = i + a.prefetch_distance < last ? i + a.prefetch_distance : last;
-      const uint8_t* next = a.table + a.indices[ahead] * a.row_stride_bytes;
-#pragma GCC unroll 32
-      for (int off = 0; off < kRowBytes; off += 64) __builtin_prefetch(next + off, 0, 3);
-      if constexpr (kRowBytes % 64 != 0) __builtin_prefetch(next + kRowBytes - 1, 0, 3);
-      const uint8_t* row = a.table + a.indices[i] * a.row_stride_bytes;
-#pragma GCC unroll 64
-      for (int v = 0; v < kWhole; ++v) acc[v % 4] = vaddq_u8(acc[v % 4], vld1q_u8(row + 16 * v));
-      const uint8_t* tail = row + 16 * kWhole;
-      if constexpr (kTail & 8) small_acc = vaddq_u8(small_acc, vcombine_u8(vld1_u8(tail), vdup_n_u8(0)));
-      if constexpr (kTail & 4) {
-        uint32_t word = 0;
-        __builtin_memcpy(&word, tail + (kTail & 8), 4);
-        small_acc = vaddq_u8(small_acc, vreinterpretq_u8_u32(vsetq_lane_u32(word, vdupq_n_u32(0), (kTail & 8) ? 2 : 0)));
-      }
-      if (weights) {
-        uint32_t w = 0;  // 2 or 4 bytes, each a fixed-size copy (one load)
-        if (a.weight_bytes == 4) __builtin_memcpy(&w, weights + i * 4, 4);
-        else __builtin_memcpy(&w, weights + i * 2, 2);
-        small_acc = vaddq_u8(small_acc, vreinterpretq_u8_u32(vsetq_lane_u32(w, vdupq_n_u32(0), 0)));
-      }
-    }
-    const uint8x16_t lanes = vaddq_u8(vaddq_u8(vaddq_u8(acc[0], acc[1]), vaddq_u8(acc[2], acc[3])), small_acc);
-    uint8_t* out = a.output + b * a.output_bytes;
-    for (int64_t o = 0; o < a.output_bytes; o += 16) vst1q_u8(out + o, lanes);
-  }
-}
+// A byte-row loop's accumulators (walk_byte_rows in gather_limit_dispatch.hpp): a row's whole
+// 16-byte vectors into four accumulators, its last kRowBytes % 16 bytes (a multiple of 4) by loads
+// of 8 and 4 bytes into the lanes of their positions, so nothing past the row is read.
+struct ByteAcc {
+  uint8x16_t acc[4] = {vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0)};
+  uint8x16_t small = vdupq_n_u8(0);
 
-// The byte-row loop as run_byte_limit_loop (gather_limit_dispatch.hpp) calls it.
-struct ByteLoop {
   template <int kRowBytes>
-  static void run(const ByteLimitArgs& a, int64_t bag_begin, int64_t bag_end) {
-    gather_byte_rows<kRowBytes>(a, bag_begin, bag_end);
+  void add_row(const uint8_t* row) {
+    constexpr int kWhole = kRowBytes / 16, kTail = kRowBytes % 16;
+#pragma GCC unroll 64
+    for (int v = 0; v < kWhole; ++v) acc[v % 4] = vaddq_u8(acc[v % 4], vld1q_u8(row + 16 * v));
+    const uint8_t* tail = row + 16 * kWhole;
+    if constexpr (kTail & 8) small = vaddq_u8(small, vcombine_u8(vld1_u8(tail), vdup_n_u8(0)));
+    if constexpr (kTail & 4) {
+      uint32_t word = 0;
+      __builtin_memcpy(&word, tail + (kTail & 8), 4);
+      small = vaddq_u8(small, vreinterpretq_u8_u32(vsetq_lane_u32(word, vdupq_n_u32(0), (kTail & 8) ? 2 : 0)));
+    }
+  }
+  void add_weight(uint32_t bits) { small = vaddq_u8(small, vreinterpretq_u8_u32(vsetq_lane_u32(bits, vdupq_n_u32(0), 0))); }
+  void store(uint8_t* out, int64_t bytes) const {
+    const uint8x16_t lanes = vaddq_u8(vaddq_u8(vaddq_u8(acc[0], acc[1]), vaddq_u8(acc[2], acc[3])), small);
+    for (int64_t o = 0; o < bytes; o += 16) vst1q_u8(out + o, lanes);
   }
 };
 
@@ -144,7 +116,7 @@ bool limit_embedding_bag_neon(const LimitArgs& args, int64_t bag_begin, int64_t 
 }
 
 bool limit_byte_rows_neon(const ByteLimitArgs& args, int64_t bag_begin, int64_t bag_end) {
-  return run_byte_limit_loop<ByteLoop>(args, bag_begin, bag_end);
+  return run_byte_limit_loop<ByteAcc>(args, bag_begin, bag_end);
 }
 
 #else  // not AArch64: no NEON loop (limit_loop() never hands this one out there)
