@@ -10,6 +10,8 @@
 //            buffers are the last call's, whose buffer rules a prepared run does not test again
 //   prepared_swap  the same, its outputs alternating between two sets (the buffer rules tested
 //            on every call)
+//   prepared_tables  two prepared forms (the table and a copy of it) run in turn on the same
+//            buffers, as a model with several tables calls them
 //   plan     rt::plan_embedding_bag of the call (the input rules: dtypes, sizes, alignment,
 //            offsets, every index) from the plain args
 //   outputs  rt::validate_embedding_bag_outputs of that plan (null, alignment, overlap)
@@ -122,15 +124,31 @@ void time_batches(benchmark::State& state, const std::function<void()>& call) {
 // The body of one stage on a prepared problem.
 std::function<void()> stage_body(const std::string& stage, CallData& d) {
   if (stage == "capi") return [&d] { d.call_capi(); };
-  if (stage == "prepared" || stage == "prepared_swap") {
+  const auto prepare = [](const shapejit_embedding_bag_args& args) {
     shapejit_embedding_bag_ex_args form{};
-    shapejit_embedding_bag_ex_init(&form, &d.args);
+    shapejit_embedding_bag_ex_init(&form, &args);
     shapejit_embedding_bag_prepared* raw = nullptr;
     if (shapejit_embedding_bag_prepare(&form, &raw) != SHAPEJIT_OK)
       throw std::runtime_error(std::string("shapejit_embedding_bag_prepare: ") + shapejit_last_error());
-    std::shared_ptr<shapejit_embedding_bag_prepared> prepared(raw, shapejit_embedding_bag_prepared_destroy);
-    const shapejit_embedding_bag_batch batch{d.args.indices, d.args.num_indices, d.args.offsets, d.args.num_offsets,
-                                             nullptr};
+    return std::shared_ptr<shapejit_embedding_bag_prepared>(raw, shapejit_embedding_bag_prepared_destroy);
+  };
+  const shapejit_embedding_bag_batch batch{d.args.indices, d.args.num_indices, d.args.offsets, d.args.num_offsets,
+                                           nullptr};
+  if (stage == "prepared_tables") {
+    auto copy = std::make_shared<std::vector<float>>(d.table);
+    shapejit_embedding_bag_args second = d.args;
+    second.weight = copy->data();
+    std::array<std::shared_ptr<shapejit_embedding_bag_prepared>, 2> forms{prepare(d.args), prepare(second)};
+    auto turn = std::make_shared<size_t>(0);
+    return [&d, forms, copy, batch, turn] {
+      *turn ^= 1;
+      if (shapejit_embedding_bag_prepared_run(forms[*turn].get(), &batch, d.output.data(), nullptr,
+                                              d.bag_size.data(), d.max_indices.data()) != SHAPEJIT_OK)
+        throw std::runtime_error(std::string("shapejit_embedding_bag_prepared_run: ") + shapejit_last_error());
+    };
+  }
+  if (stage == "prepared" || stage == "prepared_swap") {
+    const auto prepared = prepare(d.args);
     // The second set of outputs (prepared_swap): copies of the first, so both have their sizes.
     auto other = std::make_shared<std::array<std::vector<int64_t>, 2>>();
     auto other_output = std::make_shared<std::vector<float>>(d.output);
@@ -233,7 +251,7 @@ void finish(std::vector<BenchRow*>& rows) {
 bool register_all() {
   const bool fbgemm = !fbgemm_unsupported_reason(SHAPEJIT_F32, SHAPEJIT_SUM);
   for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}})
-    for (const char* stage : {"capi", "prepared", "prepared_swap", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
+    for (const char* stage : {"capi", "prepared", "prepared_swap", "prepared_tables", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
       if (std::string(stage) != "fbgemm" || fbgemm)
         register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
                                  [stage = std::string(stage), p](benchmark::State& s) { run_row(s, stage, p); });

@@ -350,3 +350,43 @@ TEST_CASE("prepared embedding bag: the buffer rules are skipped only for the ver
   }
   CHECK(shapejit_embedding_bag_prepared_destroy(prepared) == SHAPEJIT_OK);
 }
+
+TEST_CASE("prepared embedding bag: each form keeps its own last batch; buffers that passed for one form are tested for another") {
+  // Two forms in turn on one arena: a table of D = 2 and one of D = 4. The output at [4] holds 2
+  // floats of the first form's bag and 4 of the second's, whose last two are indices[6..7] (as
+  // floats: one int64 slot). Indices at [6] are clear of the first form's output and inside the
+  // second's: the same buffers pass for the first form and fail (overlap) for the second.
+  std::vector<float> narrow(8 * 2, 1.0f), wide(8 * 4, 1.0f);
+  const shapejit_embedding_bag_ex_args narrow_form = f32_form(narrow.data(), 8, 2, SHAPEJIT_SUM);
+  const shapejit_embedding_bag_ex_args wide_form = f32_form(wide.data(), 8, 4, SHAPEJIT_SUM);
+  shapejit_embedding_bag_prepared *a = nullptr, *b = nullptr;
+  REQUIRE(shapejit_embedding_bag_prepare(&narrow_form, &a) == SHAPEJIT_OK);
+  REQUIRE(shapejit_embedding_bag_prepare(&wide_form, &b) == SHAPEJIT_OK);
+  std::vector<int64_t> arena(16, 0);
+  float* output = reinterpret_cast<float*>(arena.data() + 4);
+  int64_t* offsets = arena.data() + 8;
+  int64_t sizes[1] = {-1}, maxi[1] = {-1};
+  const auto run = [&](shapejit_embedding_bag_prepared* form, int64_t* indices) {
+    const shapejit_embedding_bag_batch batch{indices, 1, offsets, 1, nullptr};
+    return shapejit_embedding_bag_prepared_run(form, &batch, output, nullptr, sizes, maxi);
+  };
+  int64_t* clear = arena.data() + 12;  // beyond both forms' outputs
+  int64_t* inside_wide = arena.data() + 5;  // the second form's output floats [2, 4)
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    arena[4] = arena[5] = 0;
+    REQUIRE_MESSAGE(run(a, clear) == SHAPEJIT_OK, shapejit_last_error());
+    REQUIRE_MESSAGE(run(b, clear) == SHAPEJIT_OK, shapejit_last_error());  // both forms' memos hold `clear`
+    arena[4] = arena[5] = 0;
+    REQUIRE_MESSAGE(run(a, inside_wide) == SHAPEJIT_OK, shapejit_last_error());  // passes for the narrow form
+    CHECK(output[0] == 1.0f);
+    arena[4] = arena[5] = 0;
+    CHECK(run(b, inside_wide) == SHAPEJIT_INVALID_ARGUMENT);  // the same buffers, tested for the wide form
+    CHECK_MESSAGE(std::string(shapejit_last_error()).find("overlaps") != std::string::npos, shapejit_last_error());
+    CHECK(arena[4] == 0);
+    CHECK(arena[5] == 0);  // nothing written: the index stays 0
+    REQUIRE_MESSAGE(run(a, inside_wide) == SHAPEJIT_OK, shapejit_last_error());  // the narrow form's memo intact
+  }
+  CHECK(shapejit_embedding_bag_prepared_destroy(a) == SHAPEJIT_OK);
+  CHECK(shapejit_embedding_bag_prepared_destroy(b) == SHAPEJIT_OK);
+}

@@ -42,8 +42,8 @@ struct BatchBuffers {
   bool operator==(const BatchBuffers&) const = default;
 };
 
-// What a thread keeps of its last prepared batch, so the next batch of the same form costs its
-// own rules only: the plan that batch filled (the form's copy, refilled instead of copied again)
+// What a thread keeps of the last batch of a form it ran, so the next batch of the same form
+// costs its own rules only: the plan that batch filled (the form's copy, refilled instead of copied again)
 // and the buffers that last passed the buffer rules (alignment, nulls, no output overlapping
 // anything) with this form. Those rules read nothing but the form and BatchBuffers, so the same
 // buffers pass again untested; their contents (offsets, indices) are checked on every batch.
@@ -66,8 +66,9 @@ void release_large_spans(EmbagCallPlan& plan) {
     std::vector<int32_t>().swap(plan.span_storage32);
 }
 
-// How many forms a thread remembers: enough for a few tables called in turn (a number chosen,
-// not tuned; a miss costs what every call cost before: the form's rules, key and lookup).
+// How many forms a thread remembers (one-shot calls) and keeps the last batch of (every run): enough
+// for a few tables called in turn (a number chosen, not tuned; a miss costs what every call cost
+// before: the form's rules, key and lookup, or the copy of its plan and the buffer rules).
 constexpr size_t kRememberedForms = 4;
 
 // A call's form as the thread's memory compares it: the args with the batch's fields cleared and
@@ -96,8 +97,29 @@ struct RecentForms {
 // Everything a thread keeps between embedding-bag calls, reached through one trivial
 // thread_local pointer: one TLS access per call (thread_local objects with destructors add an
 // initialisation guard's access). The owner frees it when the thread ends.
+// The last batches of as many forms as the thread remembers (a model's tables called in turn each
+// find their own): searched by form id, the slot found last first; a new form takes the slots in
+// turn. Form ids are never reused, so a slot of a form that no longer exists is simply not found.
+struct LastBatches {
+  std::array<LastBatch, kRememberedForms> slots;
+  size_t found = 0;  // the slot the last batch used
+  size_t next = 0;   // the slot the next new form takes (round robin)
+
+  LastBatch& of(const EmbagCallPlan& form) {
+    if (slots[found].plan.form_id == form.form_id) [[likely]]
+      return slots[found];
+    for (size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].plan.form_id == form.form_id) return slots[found = i];
+    LastBatch& fresh = slots[found = next];
+    next = (next + 1) % slots.size();
+    fresh.passed = false;
+    fresh.plan = form.copy_of_form();  // the copy, then a move that cannot fail: form_id comes whole
+    return fresh;
+  }
+};
+
 struct ThreadCalls {
-  LastBatch last;
+  LastBatches last;
   RecentForms recent;
 };
 constinit thread_local ThreadCalls* t_calls = nullptr;
@@ -119,15 +141,11 @@ ThreadCalls& thread_calls() {
   return make_thread_calls();
 }
 
-// A batch of `prepared`, its plan filled in the thread's LastBatch.
-[[gnu::always_inline]] inline void run_batch(const EmbagPrepared& prepared, LastBatch& last,
+// A batch of `prepared`, its plan filled in the thread's LastBatch of its form.
+[[gnu::always_inline]] inline void run_batch(const EmbagPrepared& prepared, LastBatches& batches,
                                              const shapejit_embedding_bag_batch& batch, void* output, void* offset2bag,
                                              void* bag_size, void* max_indices) {
-  const EmbagCallPlan& form = prepared.form();
-  if (last.plan.form_id != form.form_id) {
-    last.passed = false;
-    last.plan = form.copy_of_form();  // the copy, then a move that cannot fail: form_id comes whole
-  }
+  LastBatch& last = batches.of(prepared.form());
   const BatchBuffers buffers{batch.indices, batch.num_indices, batch.offsets, batch.num_offsets,
                              batch.per_sample_weights, output, offset2bag, bag_size, max_indices};
   const bool known = last.passed && buffers == last.buffers;
