@@ -145,6 +145,9 @@ class Runner {
   virtual void prepare() {}
   virtual void run(int64_t set) = 0;
   virtual std::vector<float> output_f32() const = 0;
+  /// Before the first timing: the output against the reference (check_output_once), unless the
+  /// runner computes something else and checks that itself.
+  virtual void check(const Case& c, const Workload& w, const DtypeTable& t);
 };
 
 class JitRunner final : public Runner {
@@ -219,16 +222,17 @@ class LimitRunner final : public Runner {
     std::string why_not;
     loop_ = byte_limit_loop(rt::selected_isa(), why_not);
     if (!loop_) throw std::runtime_error(why_not);
-    const int64_t value_bytes = is_quantized(t.dtype()) ? 1 : element_bytes(t.dtype());
+    // Per-sample weights and outputs are in the table's value dtype (f32 for quantized tables).
+    const int64_t value_bytes = element_bytes(output_dtype(t.dtype()));
     args_.table = static_cast<const uint8_t*>(t.data());
-    args_.row_stride_bytes = t.row_stride() * value_bytes;
+    args_.row_stride_bytes = is_quantized(t.dtype()) ? t.row_stride() : t.row_stride() * value_bytes;
     args_.row_bytes = t.row_bytes();
     args_.num_indices = w.num_indices();
     args_.offsets = w.offsets().data();
     args_.num_offsets = int64_t(w.offsets().size());
     args_.per_sample_weights = mode.weighted ? t.per_sample_weights() : nullptr;
-    args_.weight_bytes = is_quantized(t.dtype()) ? 4 : element_bytes(t.dtype());
-    args_.output_bytes = w.spec().dim * element_bytes(output_dtype(t.dtype()));
+    args_.weight_bytes = value_bytes;
+    args_.output_bytes = w.spec().dim * value_bytes;
     output_.resize(size_t(args_.num_offsets * args_.output_bytes));
     args_.output = output_.data();
     set_byte_limit_prefetch(args_, rt::selected_isa(), w.spec().rows);
@@ -244,7 +248,7 @@ class LimitRunner final : public Runner {
 
   /// Runs index set 0 and compares every output byte with ByteLimitArgs' definition, computed
   /// here by a scalar loop.
-  void check() {
+  void check(const Case&, const Workload&, const DtypeTable&) override {
     run(0);
     const ByteLimitArgs& a = args_;
     const auto* weights = static_cast<const uint8_t*>(a.per_sample_weights);
@@ -316,13 +320,14 @@ void check_output_once(const Case& c, const Workload& w, const DtypeTable& t, Ru
   checked[c.name()] = true;
 }
 
+void Runner::check(const Case& c, const Workload& w, const DtypeTable& t) { check_output_once(c, w, t, *this); }
+
 void run_case(benchmark::State& state, const Case& c) {
   try {
     Workload& w = workload_for(c.data);
     const DtypeTable& t = dtype_table_for(w, c.dtype.dtype);
     const auto runner = make_runner(c, w, t);
-    if (auto* limit = dynamic_cast<LimitRunner*>(runner.get())) limit->check();
-    else check_output_once(c, w, t, *runner);
+    runner->check(c, w, t);
     runner->prepare();
     const double rows = double(w.num_indices());
     time_calls(state, [&](int64_t set) { runner->run(set); }, [&] { return w.next_set(); },

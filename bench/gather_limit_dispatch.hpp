@@ -1,7 +1,8 @@
-// The dim and op dispatch every limit loop shares, and the byte-row loops' size rule, written once. Included only by the per-ISA
-// files (gather_limit_avx512.cpp, _avx2.cpp, _neon.cpp), after their loop template. Everything
-// here has internal linkage, so each file gets its own copy compiled for its ISA alone and the
-// linker can never hand one ISA's instantiation to another's caller (gather_limit.hpp's rule).
+// The dim and op dispatch every limit loop shares, and the byte-row loops' walk and row sizes,
+// written once. Included only by the per-ISA files (gather_limit_avx512.cpp, _avx2.cpp,
+// _neon.cpp), after their loop template. Everything here has internal linkage, so each file gets
+// its own copy compiled for its ISA alone and the linker can never hand one ISA's instantiation
+// to another's caller (gather_limit.hpp's rule).
 #pragma once
 
 #include <cstdint>

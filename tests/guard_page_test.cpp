@@ -414,6 +414,47 @@ TEST_CASE("guard pages: a large call's index check (in the parallel region) reje
   shapejit_set_num_threads(0);
 }
 
+// The vectorised index check (validate.cpp's target clones: the host's own, whatever ISA is
+// pinned) on arrays of every length past the inline limit through two unrolled rounds, ending at
+// (or starting right after) a protected page: a load past the last index faults. Validation only.
+TEST_CASE("guard pages: the index range check reads no index outside the array (lengths 17..80)") {
+  const int64_t offsets_v[1] = {0};
+  int64_t calls = 0;
+  for (shapejit_dtype dt : {SHAPEJIT_I64, SHAPEJIT_I32}) {
+    for (Edge edge : {Edge::kEnd, Edge::kStart}) {
+      const FencedInts off(std::vector<int64_t>(offsets_v, offsets_v + 1), dt, edge);
+      for (int64_t n = 17; n <= 80; ++n) {
+        std::vector<int64_t> indices(size_t(n), 999);
+        for (int64_t bad_at : {int64_t(-1), n - 1}) {  // -1: all valid
+          if (bad_at >= 0) indices[size_t(bad_at)] = 1000;
+          const FencedInts idx(indices, dt, edge);
+          static float table[4] = {};
+          shapejit_embedding_bag_args a{};
+          a.weight = table;
+          a.weight_dtype = SHAPEJIT_F32;
+          a.num_rows = 1000;
+          a.dim = 1;
+          a.row_stride = 1;
+          a.indices = const_cast<FencedInts&>(idx).mem.as<void>();
+          a.index_dtype = dt;
+          a.num_indices = n;
+          a.offsets = const_cast<FencedInts&>(off).mem.as<void>();
+          a.offset_dtype = dt;
+          a.num_offsets = 1;
+          a.mode = SHAPEJIT_SUM;
+          shapejit_embedding_bag_shapes s{};
+          CAPTURE(n);
+          CAPTURE(bad_at);
+          CAPTURE(shapejit::test::dtype_name(dt));
+          CHECK(shapejit_embedding_bag_output_shapes(&a, &s) == (bad_at < 0 ? SHAPEJIT_OK : SHAPEJIT_INVALID_ARGUMENT));
+          ++calls;
+        }
+      }
+    }
+  }
+  MESSAGE("guard pages: " << calls << " index checks of 17..80 indices at both edges, none read outside its array");
+}
+
 // A table may declare more rows than an int32 index can name; a negative int32 index must
 // still be rejected (read as unsigned it is below 2^32, hence below such a row count). The table
 // starts right after a protected page, so reading row -1 faults. Found by the fuzzer.

@@ -43,9 +43,9 @@ struct BatchBuffers {
 };
 
 // What a thread keeps of the last batch of a form it ran, so the next batch of the same form
-// costs its own rules only: the plan that batch filled (the form's copy, refilled instead of copied again)
-// and the buffers that last passed the buffer rules (alignment, nulls, no output overlapping
-// anything) with this form. Those rules read nothing but the form and BatchBuffers, so the same
+// costs its own rules only: the plan that batch filled (the form's copy, refilled instead of
+// copied again) and the buffers that last passed the buffer rules (alignment, nulls, no output
+// overlapping anything) with this form. Those rules read nothing but the form and BatchBuffers, so the same
 // buffers pass again untested; their contents (offsets, indices) are checked on every batch.
 // Nothing a run calls runs another prepared run on its thread, so the plan is never in use twice.
 struct LastBatch {
@@ -66,8 +66,8 @@ void release_large_spans(EmbagCallPlan& plan) {
     std::vector<int32_t>().swap(plan.span_storage32);
 }
 
-// How many forms a thread remembers (one-shot calls) and keeps the last batch of (every run): enough
-// for a few tables called in turn (a number chosen, not tuned; a miss costs what every call cost
+// How many forms a thread remembers (one-shot calls) and keeps the last batch of (every run):
+// enough for a few tables called in turn (a number chosen, not tuned; a miss costs what every call cost
 // before: the form's rules, key and lookup, or the copy of its plan and the buffer rules).
 constexpr size_t kRememberedForms = 4;
 
@@ -94,9 +94,6 @@ struct RecentForms {
   size_t next = 0;  // the slot the next new form replaces (round robin)
 };
 
-// Everything a thread keeps between embedding-bag calls, reached through one trivial
-// thread_local pointer: one TLS access per call (thread_local objects with destructors add an
-// initialisation guard's access). The owner frees it when the thread ends.
 // The last batches of as many forms as the thread remembers (a model's tables called in turn each
 // find their own): searched by form id, the slot found last first; a new form takes the slots in
 // turn. Form ids are never reused, so a slot of a form that no longer exists is simply not found.
@@ -118,6 +115,9 @@ struct LastBatches {
   }
 };
 
+// Everything a thread keeps between embedding-bag calls, reached through one trivial
+// thread_local pointer: one TLS access per call (thread_local objects with destructors add an
+// initialisation guard's access). The owner frees it when the thread ends.
 struct ThreadCalls {
   LastBatches last;
   RecentForms recent;

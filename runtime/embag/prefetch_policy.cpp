@@ -38,20 +38,24 @@ constexpr PrefetchReach kAvx512ReachBeyondL3{16384, 6, 32};
 // it).
 constexpr PrefetchReach kFixedReach{0, 16, 16};
 
+/// The whole number in environment variable `name` when it is set to one in [0, max]; -1 when it
+/// is unset, or set to anything else (which is reported on stderr and ignored).
+int env_override(const char* name, long max) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return -1;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (*end != '\0' || v < 0 || v > max) {
+    std::fprintf(stderr, "shapejit: ignoring %s=%s (want 0..%ld)\n", name, text, max);
+    return -1;
+  }
+  return int(v);
+}
+
 /// SHAPEJIT_PREFETCH_DISTANCE (0..1024) when set (tuning on another machine), else -1: the
 /// distance then follows the table (embag_prefetch).
 int prefetch_override() {
-  static const int distance = [] {
-    const char* text = std::getenv("SHAPEJIT_PREFETCH_DISTANCE");
-    if (!text || !*text) return -1;
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    if (*end != '\0' || v < 0 || v > 1024) {
-      std::fprintf(stderr, "shapejit: ignoring SHAPEJIT_PREFETCH_DISTANCE=%s (want 0..1024)\n", text);
-      return -1;
-    }
-    return int(v);
-  }();
+  static const int distance = env_override("SHAPEJIT_PREFETCH_DISTANCE", 1024);
   return distance;
 }
 
@@ -60,13 +64,7 @@ int prefetch_override() {
 /// the two on a host class the policy was not measured on (the benchmark's limit loops follow it
 /// too), as SHAPEJIT_PREFETCH_DISTANCE does for the distance.
 int prefetch_head_override() {
-  static const int head = [] {
-    const char* text = std::getenv("SHAPEJIT_PREFETCH_HEAD");
-    if (!text || !*text) return -1;
-    if ((text[0] == '0' || text[0] == '1') && text[1] == '\0') return text[0] - '0';
-    std::fprintf(stderr, "shapejit: ignoring SHAPEJIT_PREFETCH_HEAD=%s (want 0 or 1)\n", text);
-    return -1;
-  }();
+  static const int head = env_override("SHAPEJIT_PREFETCH_HEAD", 1);
   return head;
 }
 
