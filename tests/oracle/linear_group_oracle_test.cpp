@@ -79,6 +79,7 @@ bool is_sentinel(float f) {
 
 struct Stats {
   int64_t cases = 0, elements = 0, failures = 0;
+  int64_t aten_gelu_inf_nan = 0;  // ATen's NaN for gelu(+inf), accepted (see aten_gelu_inf_nan())
   double worst_aten = 0.0;  // largest |aten - ref| / bound among finite elements
   std::string worst_where;
 };
@@ -89,6 +90,15 @@ struct PartCheck {
   shapejit::ref::LinearPartView view;
   at::Tensor aten;
 };
+
+// Whether ATen's `aten` for reference `ref` is the one deviation of ATen this test accepts: pip
+// torch 2.x hands float gelu (erf form) of more than one contiguous element to oneDNN, whose
+// AVX-512 code returns NaN for +inf (seen on an Intel AVX-512 host; its AVX2 code and ATen's own
+// loop return +inf). The reference, and the library it checks, keep the limit, +inf (times the
+// part's scale): docs/split-gemm-semantics.md, "Special values".
+bool aten_gelu_inf_nan(shapejit_activation act, float ref, float aten) {
+  return act == SHAPEJIT_ACTIVATION_GELU && std::isinf(ref) && std::isnan(aten);
+}
 
 // Checks library and ATen against the reference, element by element; returns false on a mismatch.
 bool compare(const PartCheck& c, const std::string& spec, int64_t part, Stats& stats) {
@@ -124,7 +134,9 @@ bool compare(const PartCheck& c, const std::string& spec, int64_t part, Stats& s
         stats.worst_where = o.str();
       }
       const bool lib_ok = shapejit::ref::accepted(lib, e.value, e.bound);
-      const bool aten_ok = shapejit::ref::accepted(ref_aten, e.value, e.bound);
+      const bool aten_deviates = aten_gelu_inf_nan(v.activation, e.value, ref_aten);
+      stats.aten_gelu_inf_nan += aten_deviates;
+      const bool aten_ok = aten_deviates || shapejit::ref::accepted(ref_aten, e.value, e.bound);
       if (!lib_ok || !aten_ok) {
         ++stats.failures;
         FAIL_CHECK(std::string(lib_ok ? "ATen" : "library") << " disagrees with the reference at part " << part << " row " << row
@@ -468,7 +480,9 @@ TEST_CASE("oracle: linear groups vs at::linear and nn.MultiheadAttention's in-pr
   MESSAGE("linear-group oracle compared " << stats.cases << " cases (" << mha_cases << " MultiheadAttention "
                                           << "in-projections, " << stats.cases - mha_cases << " generic groups), "
                                           << stats.elements << " elements; worst ATen error "
-                                          << stats.worst_aten << " of the bound, at " << stats.worst_where);
+                                          << stats.worst_aten << " of the bound, at " << stats.worst_where
+                                          << "; ATen's gelu gave NaN for +inf at " << stats.aten_gelu_inf_nan
+                                          << " elements (accepted; the library gave the reference's infinity)");
   CHECK(stats.failures == 0);
   CHECK(stats.cases >= 3000);
 }
