@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -244,8 +245,16 @@ TEST_CASE("quantized linear: inputs on and next to half steps quantize as the re
 }
 
 // The input rows' last value right before a PROT_NONE page: the x86 rows read their tails with
-// masked loads, which must not touch what lies past x[k - 1] (a fault ends the test).
+// masked loads, which must not touch what lies past x[k - 1] (a fault ends the test). qemu-user
+// (7.2) emulates an x86 masked load by reading every lane, masked or not, so under it the test
+// would only show the emulator's fault: it reports itself skipped there.
 TEST_CASE("quantized linear: input rows ending at a guard page quantize without reading past them") {
+#if defined(__x86_64__)
+  if (std::getenv("SHAPEJIT_UNDER_EMULATOR") != nullptr) {  // set by tests/CMakeLists.txt for qemu runs
+    MESSAGE("SKIPPED under an emulator: qemu-user's x86 masked loads read the masked-out lanes too");
+    return;
+  }
+#endif
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   void* map = mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(map != MAP_FAILED);

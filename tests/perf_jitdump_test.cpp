@@ -172,14 +172,21 @@ TEST_CASE("perf jitdump: disabled writes nothing; a linear group's kernels get g
 
   if (!shapejit::rt::gemm_isa_supported(isa)) return;
   shapejit::rt::set_perf_jitdump_enabled(true);
-  const int64_t e = 24;
-  std::vector<float> weight(size_t(2 * e * e), 0.5f), bias(size_t(2 * e), 0.0f);
-  std::vector<shapejit::LinearPart> parts(2);
-  for (int p = 0; p < 2; ++p) {
-    parts[size_t(p)].row_begin = p * e;
-    parts[size_t(p)].rows = e;
+  // A cached kernel writes no record, and tests that ran earlier in this process (the whole
+  // binary in one process under qemu) may have compiled any group's: widths are tried in turn
+  // until a group compiles kernels of its own.
+  for (int64_t e = 24; e < 24 + 2 * 32; e += 2) {
+    CAPTURE(e);
+    const int64_t kernels_before = shapejit::kernel_cache_stats().kernels;
+    std::vector<float> weight(size_t(2 * e * e), 0.5f), bias(size_t(2 * e), 0.0f);
+    std::vector<shapejit::LinearPart> parts(2);
+    for (int p = 0; p < 2; ++p) {
+      parts[size_t(p)].row_begin = p * e;
+      parts[size_t(p)].rows = e;
+    }
+    const shapejit::LinearGroup group(shapejit::LinearGroupDesc::packed(weight.data(), 2 * e, e, bias, parts));
+    if (shapejit::kernel_cache_stats().kernels > kernels_before) break;
   }
-  const shapejit::LinearGroup group(shapejit::LinearGroupDesc::packed(weight.data(), 2 * e, e, bias, parts));
   const Jitdump d = scope.read();
   REQUIRE_FALSE(d.records.empty());
   for (const auto& r : d.records) {
