@@ -75,8 +75,8 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   CHECK(key_prefetch(4096, 1024, 1024) == 6);          // 16 MiB, 4 KiB rows: the AVX2 floor
   // The extent counts the stride, not just the values read: padded rows take cache too.
   CHECK(key_prefetch(half_rows, dim, 2 * dim) == 16);
-  // On AVX-512 max prefetches a cached table as well, and mean of rows longer than a line one
-  // beyond a quarter of L2; elsewhere they follow the rule.
+  // On AVX-512 max prefetches a cached table as well, and rows longer than a line (every other
+  // mode) a table beyond a quarter of L2; one-line rows follow the rule.
   using shapejit::jit::Isa;
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
   CHECK(key_prefetch(1, dim, dim, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MAX) == 16);
@@ -84,7 +84,12 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
   const int64_t two_lines = 2 * dim, quarter_rows = l2 / 4 / (two_lines * 4);
   CHECK(key_prefetch(quarter_rows + 1, two_lines, two_lines, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 16);
   CHECK(key_prefetch(quarter_rows, two_lines, two_lines, Isa::kAvx512, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
-  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512) == 0);  // sum: half of L2, as everywhere
+  CHECK(key_prefetch(quarter_rows + 1, two_lines, two_lines, Isa::kAvx512) == 16);  // sum too
+  CHECK(key_prefetch(quarter_rows, two_lines, two_lines, Isa::kAvx512) == 0);
+  const int64_t q8_dim = 128, q8_row = q8_dim + 8, q8_quarter_rows = l2 / 4 / q8_row;  // codes, scale, bias
+  CHECK(key_prefetch(q8_quarter_rows + 1, q8_dim, q8_row, Isa::kAvx512, SHAPEJIT_Q8) == 16);
+  CHECK(key_prefetch(q8_quarter_rows, q8_dim, q8_row, Isa::kAvx512, SHAPEJIT_Q8) == 0);
+  CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx512) == 0);  // one-line rows: half of L2
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MAX) == 0);
   CHECK(key_prefetch(half_rows, dim, dim, Isa::kAvx2, SHAPEJIT_F32, SHAPEJIT_MEAN) == 0);
   // On AVX2 rows longer than a cache line count as cached only within an eighth of L2.
@@ -94,7 +99,7 @@ TEST_CASE("prefetch follows the table's size against the private cache") {
     CHECK(key_prefetch(eighth_rows, wide, wide, Isa::kAvx2, SHAPEJIT_F32, mode) == 0);
     CHECK(key_prefetch(eighth_rows + 1, wide, wide, Isa::kAvx2, SHAPEJIT_F32, mode) == 16);
   }
-  CHECK(key_prefetch(eighth_rows + 1, wide, wide, Isa::kAvx512) == 0);  // AVX-512 sum: L2/2
+  CHECK(key_prefetch(eighth_rows + 1, wide, wide, Isa::kAvx512) == 0);  // AVX-512: L2/4
   // A declared extent of 2^62 bytes (found by fuzz/: doubling it overflowed) is not cached.
   CHECK(key_prefetch(int64_t(1) << 42, int64_t(1) << 18, int64_t(1) << 18) == 6);
 }

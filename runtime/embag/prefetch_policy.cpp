@@ -151,11 +151,15 @@ bool head_pays(jit::Isa isa, bool beyond, bool max_ids) {
 ///
 /// On AVX-512 (the Zen 5 host, kernel alone) max, which never pairs bags, gains from prefetch
 /// on smaller tables: it prefetches every table (1024-4096 rows x D=32: +5-16 %; its row loop is
-/// twice sum's, so the prefetch's cost hides). Mean of rows longer than a line prefetches a
-/// table beyond a quarter of L2: on the Zen 5 host before mean paired bags, 4096 x 32 and
-/// 8192 x 16 (half of L2) +7 %, 2048 x 32 even, 1024 x 32 -7 %; on the Zen 4 host with pairs,
-/// 4096 x 32 +4 %, 5461 x 24 +3 %, while one-line rows at half of L2 ran 12-22 % faster
-/// without prefetch (8192 x 16, 16384 x 8), so they keep half of L2.
+/// twice sum's, so the prefetch's cost hides). Rows longer than a line prefetch a table beyond a
+/// quarter of L2. Mean first: on the Zen 5 host before mean paired bags, 4096 x 32 and 8192 x 16
+/// (half of L2) +7 %, 2048 x 32 even, 1024 x 32 -7 %; on the Zen 4 host with pairs, 4096 x 32
+/// +4 %, 5461 x 24 +3 %, while one-line rows at half of L2 ran 12-22 % faster without prefetch
+/// (8192 x 16, 16384 x 8), so they keep half of L2. Then sum and weighted sum, on the Intel
+/// AVX-512 host (2 MiB L2; 4096-row tables, 3 processes x 3 interleaved repetitions, distance
+/// 16 against none): between a quarter and half of L2, f16 and bf16 D = 128 (1 MiB) -7..-15 %
+/// time, q8 D = 128 (544 KiB) -4..-10 %, f32 D = 64 (1 MiB) -4 %; at a quarter (f32 D = 32,
+/// 512 KiB) prefetch lost 5 %, which the strict "beyond" keeps out.
 ///
 /// On AVX2 (AVX2 kernels on the Zen 4 host, 1 MiB L2, interleaved A/B) it depends on the row:
 /// rows of one cache line (D=16) keep the L2/2 rule (prefetch lost 5-18 % at 256 and 512 KiB),
@@ -167,7 +171,7 @@ int64_t cached_table_bytes(const EmbagCallPlan& p, jit::Isa isa, int64_t row_byt
   if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMax) return 0;
   if (row_bytes > jit::kCacheLineBytes) {
     if (isa == jit::Isa::kAvx2) return l2 / 8;
-    if (isa == jit::Isa::kAvx512 && p.mode == Mode::kMean) return l2 / 4;
+    if (isa == jit::Isa::kAvx512) return l2 / 4;
   }
   return l2 / 2;
 }
