@@ -87,6 +87,7 @@ class X86GemmQuantOps {
   template <size_t N>
   std::array<asmjit::x86::Vec, N> row_temps(const X86QuantBody& body, int64_t row) const;
   asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
+  asmjit::x86::Mem int4_values();                    // AVX-512: lane n holds nibble n's code as f32
   void load(uint32_t dst, const asmjit::x86::Mem& src);
   void sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
   void widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
@@ -100,6 +101,7 @@ class X86GemmQuantOps {
   bool sign_step_;  // gemm_x86_sign_step: qd8-qc8w products by sign, acc = sum q * code
   asmjit::Label pool_;
   std::vector<uint32_t> pool_dwords_;
+  asmjit::Label int4_values_;
 };
 
 }  // namespace shapejit::jit
