@@ -91,6 +91,11 @@ HostFeatures read_host_features() {
   f.x86 = true;
 #if defined(SHAPEJIT_X86_CPUID)
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) != 0) {
+    char vendor[12];  // EBX, EDX, ECX
+    std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+    f.intel = std::memcmp(vendor, "GenuineIntel", 12) == 0;
+  }
   if (__get_cpuid(1, &a, &b, &c, &d) == 0) return f;
   f.fma = (c & bit_FMA) != 0;
   f.f16c = (c & bit_F16C) != 0;

@@ -21,6 +21,8 @@ struct HostFeatures {
   // Optional extensions a kernel variant may use (GemmKey::dot); no ISA requires them.
   bool avx512vnni = false;  ///< vpdpbusd (CPUID.7.0:ECX bit 11)
   bool dotprod = false;     ///< AArch64 sdot/udot (HWCAP_ASIMDDP)
+  // A tuning fact, not a capability: where a measured choice differs between vendors' cores.
+  bool intel = false;  ///< x86-64 vendor GenuineIntel (CPUID leaf 0)
 
   bool operator==(const HostFeatures&) const = default;
 };
