@@ -68,7 +68,8 @@ class X86TableOps {
   /// Lanes >= cols are unspecified.
   void load_value(uint32_t dst, const asmjit::x86::Mem& cols_mem, int64_t cols);
 
-  /// Column groups (embag_table_ops_groups.cpp; AVX2 Q4 and Q2 in every mode, Q8 but in max):
+  /// Column groups (embag_table_ops_groups.cpp; AVX2 Q4 and Q2 in every mode, Q8 but in max;
+  /// AVX-512 BF16 but in max: 64 bytes, even columns then odd ones):
   /// group_vecs() full vectors read as one load (1 = no groups): Q4 and Q2 8 bytes, each vector
   /// of a group holding one code position of each byte (Q4: even, odd columns; Q2: column
   /// 4i + k in lane i of vector k), so the caller's registers of a group (accumulators, running
@@ -79,6 +80,7 @@ class X86TableOps {
   bool group_in_column_order() const;
   /// accs[k] += vector k of the group at `cols_mem`, by accumulate's rule.
   void accumulate_group(const std::vector<uint32_t>& accs, const asmjit::x86::Mem& cols_mem);
+  void accumulate_bf16_group(const std::vector<uint32_t>& accs, const asmjit::x86::Mem& cols_mem);
   /// dst = load_value of vector `member` of the group at `cols_mem`; members must come in
   /// order with no other op of this class between them (the codes wait in a temporary).
   void load_value_group(uint32_t dst, const asmjit::x86::Mem& cols_mem, int64_t member);

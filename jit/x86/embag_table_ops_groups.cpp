@@ -1,5 +1,6 @@
-// X86TableOps, column groups (AVX2; Q4 and Q2 in every mode, Q8 in all but max; weighted or
-// not): one load of codes feeds a group of full vectors. Q4 and Q2: 8 bytes, each vector holding
+// X86TableOps, column groups (AVX2; Q4 and Q2 in every mode, Q8 in all but max; AVX-512 BF16 in
+// all but max; weighted or not): one load of codes feeds a group of full vectors. BF16: 32
+// columns in 2 vectors, even columns then odd ones (accumulate_bf16_group). Q4 and Q2: 8 bytes, each vector holding
 // one code position of every byte: Q4 16 columns in 2 vectors (low nibbles = even columns, high
 // nibbles = odd ones), Q2 32 columns in 4 (crumb k of byte i = column 4i + k); only the lane
 // order differs until unpermute_group puts the group back in column order, once per bag. Q8: 16
@@ -25,6 +26,7 @@ using table_ops_detail::internal;
 
 void X86TableOps::accumulate_group(const std::vector<uint32_t>& accs, const x86::Mem& m) {
   if (group_vecs() < 2 || int64_t(accs.size()) != group_vecs()) internal("accumulate_group: not a group");
+  if (key_.table == DType::kBF16) return accumulate_bf16_group(accs, m);
   const x86::Vec b = vec(bias_), s = vec(scale_), codes = temp(0), plane = temp(1);
   if (key_.table == DType::kQ8) {
     a_.vbroadcasti128(codes, at(m, 0, 16));
@@ -64,6 +66,28 @@ void X86TableOps::accumulate_group(const std::vector<uint32_t>& accs, const x86:
   a_.vfmadd231ps(vec(accs[3]), codes, s);
 }
 
+// AVX-512 BF16: 32 columns in one load; dword lane i holds column 2i in its low half and 2i + 1
+// in its high half, so a shift left by 16 is the even columns' f32 values and masking off the
+// low half the odd ones', exactly as load_float_cols widens them. Then accumulate's arithmetic.
+void X86TableOps::accumulate_bf16_group(const std::vector<uint32_t>& accs, const x86::Mem& m) {
+  const x86::Vec odd = temp(0), even = temp(1);
+  a_.vmovdqu32(odd, at(m, 0, 64));
+  a_.vpslld(even, odd, 16);
+  a_.vpandd(odd, odd, cnst(0));
+  const bool weighted = key_.weighted && key_.mode == Mode::kSum;
+  for (size_t k = 0; k < 2; ++k) {
+    const x86::Vec acc = vec(accs[k]), x = k == 0 ? even : odd;
+    if (!weighted) {
+      a_.vaddps(acc, acc, x);
+    } else if (!key_.bf16_fbgemm_path()) {  // as accumulate: f32(acc + f32(w * x))
+      a_.vmulps(x, x, vec(weight_));
+      a_.vaddps(acc, acc, x);
+    } else {
+      a_.vfmadd231ps(acc, vec(weight_), x);
+    }
+  }
+}
+
 // Max: the codes (Q4: the odd ones) wait in temp(0) while the caller blends a member.
 void X86TableOps::load_value_group(uint32_t dst_id, const x86::Mem& m, int64_t member) {
   if (group_vecs() < 2 || member < 0 || member >= group_vecs()) internal("load_value_group: not a group member");
@@ -99,6 +123,14 @@ void X86TableOps::unpermute_group(const std::vector<uint32_t>& regs, uint32_t s0
   if (group_vecs() < 2 || int64_t(regs.size()) != group_vecs()) internal("unpermute_group: not a group");
   if (group_in_column_order()) return;
   const x86::Vec t0 = vec(s0), t1 = vec(s1), a0 = vec(regs[0]), a1 = vec(regs[1]);
+  if (avx512_) {  // BF16: a0 = columns 0, 2, ..., 30, a1 = 1, 3, ..., 31
+    a_.vmovaps(t0, a0);
+    a_.vpermt2ps(t0, cnst(1), a1);  // columns 0-15
+    a_.vpermt2ps(a0, cnst(2), a1);  // columns 16-31
+    a_.vmovaps(a1, a0);
+    a_.vmovaps(a0, t0);
+    return;
+  }
   a_.vunpcklps(t0, a0, a1);  // Q4: columns 0-3 | 8-11
   a_.vunpckhps(t1, a0, a1);  //     columns 4-7 | 12-15
   if (regs.size() == 2) {
