@@ -47,6 +47,15 @@ void X86GemmEmitter::quant_k_step(const GemmKStep& s) {
     quant_->emit_qd8_step(body, s.set, static_cast<int32_t>(s.k * x_bytes_per_k()), static_cast<int32_t>(b_off));
     return;
   }
+  if (s.width == 2 && quant_->pairs_int4_codes()) {  // int4 byte row: weights nv + j hold the k + 1 codes
+    for (int64_t j = 0; j < nv(); ++j) quant_->emit_weight_only_code_pair(body, j, static_cast<int32_t>(b_off));
+    for (int64_t kk = 0; kk < 2; ++kk)
+      for (int64_t i = 0; i < mr(); ++i) {
+        const GemmXOperand x = broadcast_x(s, i, kk);
+        for (int64_t j = 0; j < nv(); ++j) fma(acc(s.set, i, j), kk * nv() + j, x);
+      }
+    return;
+  }
   for (int64_t kk = 0; kk < s.width; ++kk) {
     for (int64_t j = 0; j < nv(); ++j) quant_->emit_weight_only_codes(body, j, static_cast<int32_t>(b_off), int(kk));
     for (int64_t i = 0; i < mr(); ++i) {

@@ -67,6 +67,10 @@ class X86GemmQuantOps {
   /// (`nibble` 0/1: the low / high code of each byte of an int4 row); the body then multiplies
   /// them by the broadcast inputs as in the f32 kernel.
   void emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble);
+  /// f32-qc4w on AVX-512 (pairs_int4_codes): both codes of each byte of vector v's row, widened
+  /// once: the low ones into body.weights[v], the high ones into body.weights[nv + v].
+  bool pairs_int4_codes() const;
+  void emit_weight_only_code_pair(const X86QuantBody& body, int64_t v, int32_t b_disp);
 
   /// dst = a + b for accumulators (vpaddd for int32, vaddps for f32).
   void emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b);
