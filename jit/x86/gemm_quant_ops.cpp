@@ -213,11 +213,17 @@ void X86GemmQuantOps::dot_step(const X86QuantBody& body, int64_t set, int32_t x_
   }
 }
 
+// The lanes code bytes of vector v's columns in the step's panel row (weight-only forms).
+x86::Mem X86GemmQuantOps::weight_only_codes_mem(const X86QuantBody& body, int64_t v, int32_t b_disp) const {
+  x86::Mem src = x86::ptr(body.panel, b_disp + int32_t(v * t_.lanes));
+  src.setSize(uint32_t(t_.lanes));
+  return src;
+}
+
 void X86GemmQuantOps::emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble) {
   const x86::Vec w = vec(body.weights[size_t(v)]);
   // lanes codes of the vector, one byte each, sign-extended to dwords.
-  x86::Mem src = x86::ptr(body.panel, b_disp + int32_t(v * t_.lanes));
-  src.setSize(uint32_t(t_.lanes));
+  const x86::Mem src = weight_only_codes_mem(body, v, b_disp);
   if (t_.avx512 && key_.quant == GemmQuant::kF32Qc4w) {
     // vpermps reads only bits 0-3 of each index lane: the nibble itself picks its code's f32
     // value from a 16-entry table, exactly, where the shifts and vcvtdq2ps below cost two
@@ -245,8 +251,7 @@ bool X86GemmQuantOps::pairs_int4_codes() const { return t_.avx512 && key_.quant 
 void X86GemmQuantOps::emit_weight_only_code_pair(const X86QuantBody& body, int64_t v, int32_t b_disp) {
   if (!pairs_int4_codes()) throw Error(Status::kInternalError, key_.name() + ": no paired int4 codes here");
   const x86::Vec low = vec(body.weights[size_t(v)]), high = vec(body.weights[size_t(nv_ + v)]);
-  x86::Mem src = x86::ptr(body.panel, b_disp + int32_t(v * t_.lanes));
-  src.setSize(uint32_t(t_.lanes));
+  const x86::Mem src = weight_only_codes_mem(body, v, b_disp);
   a_.vpmovzxbd(high, src);
   a_.vpermps(low, high, int4_values());  // bits 0-3 index the table (emit_weight_only_codes)
   a_.vpsrld(high, high, 4);

@@ -92,6 +92,7 @@ class X86GemmQuantOps {
   std::array<asmjit::x86::Vec, N> row_temps(const X86QuantBody& body, int64_t row) const;
   asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
   asmjit::x86::Mem int4_values();                    // AVX-512: lane n holds nibble n's code as f32
+  asmjit::x86::Mem weight_only_codes_mem(const X86QuantBody& body, int64_t v, int32_t b_disp) const;
   void load(uint32_t dst, const asmjit::x86::Mem& src);
   void sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
   void widen_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
