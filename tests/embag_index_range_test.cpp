@@ -1,10 +1,10 @@
-// The index range check (runtime/embag/validate.cpp): an unsigned max (AVX-512 for int64, any x86
-// clone for int32), a max of 32-bit words (int64 on AVX2, tables of up to 2^32 rows) or an
-// OR-reduction of idx | (limit - 1 - idx) (elsewhere), vectorised for long calls and inline for
-// short ones; the qemu_avx2 run covers the AVX2 clone. Every position modulo the vector widths and
-// unroll (up to 64 int32 lanes), boundary values on both sides (for int64 also values whose low
-// word is in range and high word is not), int32 and int64, and the message naming the first bad
-// index.
+// The index range check (runtime/embag/validate.cpp): an unsigned max (AVX-512 over four
+// accumulators for both widths, AVX2 for int32), a max of 32-bit words (int64 on AVX2, tables of
+// up to 2^32 rows) or an OR-reduction of idx | (limit - 1 - idx) (elsewhere), vectorised for long
+// calls and inline for short ones; the qemu_avx2 run covers the AVX2 clone. Every position modulo
+// the vector widths and unroll (up to 64 int32 lanes), boundary values on both sides (for int64
+// also values whose low word is in range and high word is not), int32 and int64, and the message
+// naming the first bad index.
 #include <doctest/doctest.h>
 
 #include <cstdint>
