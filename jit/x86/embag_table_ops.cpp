@@ -278,23 +278,21 @@ void X86TableOps::row_setup(const x86::Mem& trailer, const x86::Mem* weight) {
   const bool max = key_.mode == Mode::kMax;
   if (weighted) broadcast_weight(temp(0), *weight);
   if (key_.table == DType::kQ8) {
-    const x86::Xmm w = temp(0).xmm();
-    if (weighted) {
-      a_.vmulss(s.xmm(), w, at(trailer, 0, 4));
-      a_.vbroadcastss(s, s.xmm());
-    } else {
-      a_.vbroadcastss(s, at(trailer, 0, 4));
-    }
+    // Broadcasts from memory are load-port work only; the weighted products are then one
+    // vector multiply each (the same f32 product in every lane), where a scalar multiply and a
+    // register broadcast took a shuffle-port op more each: weighted q8 D = 128 on the Intel
+    // host 42.2 -> 40.5 us (4 A/B alternations, min of 5 each).
+    a_.vbroadcastss(s, at(trailer, 0, 4));
+    if (weighted) a_.vmulps(s, temp(0), s);  // w first, as the reference multiplies
     if (max) {
+      const x86::Xmm w = temp(0).xmm();
       a_.vxorps(w, w, w);
       a_.vaddss(b.xmm(), w, at(trailer, 4, 4));  // 0 + bias: -0.0 becomes +0.0
       a_.vbroadcastss(b, b.xmm());
-    } else if (weighted) {
-      a_.vmulss(b.xmm(), w, at(trailer, 4, 4));
-      a_.vbroadcastss(b, b.xmm());
-    } else {
-      a_.vbroadcastss(b, at(trailer, 4, 4));
+      return;
     }
+    a_.vbroadcastss(b, at(trailer, 4, 4));
+    if (weighted) a_.vmulps(b, temp(0), b);
     return;
   }
   // Q4/Q2: f16 scale and bias, widened exactly.
