@@ -180,6 +180,13 @@ constexpr DtypeRule dtype_combination_rule(int64_t table, int64_t dim, int64_t o
   return t != DtypeRule::kOk ? t : value_dtype_rule(DType(table), out, weighted, psw);
 }
 
+/// The kernels' rule: a key's dtypes are a call's (dtype_combination_rule), except that every
+/// table's kernel also reads f32 per-sample weights, which the runtime makes of f16 ones
+/// before the kernels run on x86 (runtime/embag/widen_weights.hpp).
+constexpr DtypeRule kernel_dtype_rule(int64_t table, int64_t dim, int64_t out, bool weighted, int64_t psw) {
+  return dtype_combination_rule(table, dim, out, weighted && psw != int64_t(DType::kF32), psw);
+}
+
 /// "float32, float16 or bfloat16": the names of a set's dtypes, in the table's order.
 std::string dtype_set_text(DtypeSet set);
 

@@ -9,10 +9,10 @@ namespace {
 
 constexpr int64_t kMaxStaticBlocks = 3;  // more blocks than this run in a loop
 
-// Why a key breaks the dtype-combination rule (dtype_traits.hpp), in the planner's words.
+// Why a key breaks the kernels' dtype rule (dtype_traits.hpp), in the planner's words.
 std::optional<std::string> dtype_unsupported_reason(const EmbagKey& key) {
   const int64_t t = int64_t(key.table);
-  switch (dtype_combination_rule(t, key.dim, int64_t(key.out), key.weighted, int64_t(key.psw))) {
+  switch (kernel_dtype_rule(t, key.dim, int64_t(key.out), key.weighted, int64_t(key.psw))) {
     case DtypeRule::kOk: return std::nullopt;
     case DtypeRule::kUnknownTable: return "unknown table dtype";
     case DtypeRule::kOutput: return "output dtype not defined for this table dtype";

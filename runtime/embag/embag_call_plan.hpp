@@ -30,6 +30,9 @@ struct EmbagCallPlan {
   DType table = DType::kF32;      ///< kF32, kF16, kBF16, kQ8, kQ4 or kQ2
   DType out = DType::kF32;        ///< dtype of `output`
   DType psw = DType::kF32;        ///< dtype of per_sample_weights (kF32 when there are none)
+  /// dtype the kernels read the weights in (widen_weights.hpp): psw, or kF32 when the plan
+  /// widens them into wide_weights.
+  DType kernel_psw = DType::kF32;
   DType index = DType::kI64;      ///< dtype of indices
   DType offset = DType::kI64;     ///< dtype of `offsets` below (the caller's offsets dtype)
   DType index_out = DType::kI64;  ///< dtype of offset2bag, bag_size and max_indices
@@ -75,6 +78,9 @@ struct EmbagCallPlan {
 
   std::vector<int64_t> span_storage64;  ///< normalised spans for int64 offsets (lengths form)
   std::vector<int32_t> span_storage32;  ///< normalised spans for int32 offsets (lengths form)
+  /// The batch's weights as f32 when kernel_psw != psw, built during validation (before any
+  /// output is written); the reference reads the caller's.
+  std::vector<float> wide_weights;
 
   EmbagCallPlan() = default;
   /// A plan of `call` before validation: every derived field still at its default.

@@ -253,16 +253,24 @@ void entry(const EmbagKernelArgs* args) {
 
 // ---- Choosing the specialisation -------------------------------------------------------------
 
+// The weights' dtype: a float table's own or a quantized table's f32 (Q4/Q2 also f16), and f32
+// for every table (the runtime's widened f16 weights, jit::kernel_dtype_rule).
 template <class Index, class Offset, int64_t kTable, Mode kMode, Flags kFlags>
 jit::EmbagKernelFn pick_psw(const jit::EmbagKey& k) {
+  constexpr int64_t kOwn = kFlags.weighted && !is_quantized(kTable) ? kTable : int64_t{SHAPEJIT_F32};
+  if constexpr (kOwn != SHAPEJIT_F32) {
+    if (k.psw == DType::kF32) {
+      constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out, SHAPEJIT_F32};
+      return &entry<Index, Offset, kTable, kMode, f>;
+    }
+  }
   if constexpr (kFlags.weighted && (kTable == SHAPEJIT_Q4 || kTable == SHAPEJIT_Q2)) {
     if (k.psw == DType::kF16) {
       constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out, SHAPEJIT_F16};
       return &entry<Index, Offset, kTable, kMode, f>;
     }
   }
-  constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out,
-                    kFlags.weighted && !is_quantized(kTable) ? kTable : int64_t{SHAPEJIT_F32}};
+  constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out, kOwn};
   return &entry<Index, Offset, kTable, kMode, f>;
 }
 
@@ -323,19 +331,12 @@ jit::EmbagKernelFn pick_table(const jit::EmbagKey& k) {
 
 bool is_index_type(DType t) { return t == DType::kI32 || t == DType::kI64; }
 
-// The key's output and weight dtypes are the ones its table allows (the plan guarantees it; a
-// hand-made key is checked here rather than silently run with other dtypes).
+// The key's output and weight dtypes are the ones its table's kernels take (the plan guarantees
+// it; a hand-made key is checked here rather than silently run with other dtypes).
 void check_key_dtypes(const jit::EmbagKey& key) {
-  const bool quantized = is_quantized(int64_t(key.table));
-  const bool out_ok = quantized ? (key.out == DType::kF32 || key.out == DType::kF16 || key.out == DType::kBF16)
-                                : key.out == key.table;
-  bool psw_ok = true;
-  if (key.weighted) {
-    if (!quantized) psw_ok = key.psw == key.table;
-    else if (key.table == DType::kQ8) psw_ok = key.psw == DType::kF32;
-    else psw_ok = key.psw == DType::kF32 || key.psw == DType::kF16;
-  }
-  if (!out_ok || !psw_ok)
+  const jit::DtypeRule rule = jit::kernel_dtype_rule(int64_t(key.table), key.dim, int64_t(key.out), key.weighted,
+                                                     int64_t(key.psw));
+  if (rule == jit::DtypeRule::kOutput || rule == jit::DtypeRule::kWeights)
     throw Error(Status::kInvalidArgument, "generic kernel: output dtype " + std::to_string(int(key.out)) +
                                               " or weight dtype " + std::to_string(int(key.psw)) +
                                               " does not go with table dtype " + std::to_string(int(key.table)));

@@ -39,7 +39,7 @@ jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.weighted = p.weighted;
   key.padding = p.padding;
   key.out = p.out;
-  key.psw = p.weighted ? p.psw : DType::kF32;  // canonical when there are no weights
+  key.psw = p.weighted ? p.kernel_psw : DType::kF32;  // canonical when there are no weights
   key.pruned = p.pruned;
   key.index = p.index;
   key.offset = p.offset;
@@ -79,7 +79,7 @@ jit::EmbagKernelArgs make_embag_kernel_args(const EmbagCallPlan& p, void* output
   k.offsets = p.offsets.data;
   k.num_offsets = p.offsets.size;
   k.num_indices = p.num_indices;
-  k.per_sample_weights = p.weighted ? a.per_sample_weights : nullptr;
+  k.per_sample_weights = !p.weighted ? nullptr : p.kernel_psw != p.psw ? p.wide_weights.data() : a.per_sample_weights;
   k.padding_idx = p.padding_index;
   k.bag_begin = 0;
   k.bag_end = p.num_bags;

@@ -56,8 +56,9 @@ struct LastBatch {
   InputRanges ranges{};
 };
 
-// Spans a thread's plan keeps for the next batch (lengths-form offsets): a few thousand bags'
-// worth. A larger batch's spans are freed after it, so no thread holds a large batch's memory.
+// Storage a thread's plan keeps for the next batch (lengths-form spans, widened weights): a few
+// thousand bags' or positions' worth. A larger batch's is freed after it, so no thread holds a
+// large batch's memory.
 constexpr size_t kKeptSpanBytes = size_t{64} << 10;
 
 void release_large_spans(EmbagCallPlan& plan) {
@@ -65,6 +66,7 @@ void release_large_spans(EmbagCallPlan& plan) {
     std::vector<int64_t>().swap(plan.span_storage64);
   if (plan.span_storage32.capacity() * sizeof(int32_t) > kKeptSpanBytes)
     std::vector<int32_t>().swap(plan.span_storage32);
+  if (plan.wide_weights.capacity() * sizeof(float) > kKeptSpanBytes) std::vector<float>().swap(plan.wide_weights);
 }
 
 // How many forms a thread remembers (one-shot calls) and keeps the last batch of (every run):

@@ -21,6 +21,7 @@
 #include "jit/dtype_traits.hpp"
 #include "runtime/engine/c_enum.hpp"
 #include "runtime/embag/validate_detail.hpp"
+#include "runtime/embag/widen_weights.hpp"
 #include "shapejit/shapejit.hpp"
 
 namespace shapejit::rt {
@@ -163,6 +164,7 @@ void check_output_and_weight_dtypes(EmbagCallPlan& p) {
     });
   p.out = static_cast<DType>(out);
   if (p.weighted) p.psw = static_cast<DType>(psw);
+  p.kernel_psw = p.weighted ? kernel_weight_dtype(p.psw) : DType::kF32;
 }
 
 void check_mapping(EmbagCallPlan& p) {
@@ -469,6 +471,14 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
 namespace validate_detail {
 namespace {
 
+// The batch's weights in the kernels' dtype, once every rule passed (the last step that
+// allocates before the outputs are written).
+void widen_batch_weights(EmbagCallPlan& p) {
+  if (!p.weighted || p.kernel_psw == p.psw) return;
+  p.wide_weights.resize(size_t(p.num_indices));
+  widen_f16_weights(p.args.call.per_sample_weights, p.num_indices, p.wide_weights.data());
+}
+
 // The rules of the call's form: everything but the batch (indices, offsets, their counts and
 // the per-sample weights' pointer; whether there are weights is the form's). A prepared call
 // (runtime/embag/embag_prepared.cpp) checks these once.
@@ -499,6 +509,7 @@ void validate_batch(EmbagCallPlan& p, IndexRangeCheck when, const InputRanges* p
   else
     check_indices(p);
   set_plan_shapes(p);
+  widen_batch_weights(p);
 }
 
 void validate_into(EmbagCallPlan& p, IndexRangeCheck when) {
