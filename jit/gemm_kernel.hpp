@@ -237,6 +237,12 @@ struct GemmKernelArgs {
 };
 static_assert(std::is_standard_layout_v<GemmKernelArgs>);
 
+/// Every field zero, defined in another file (gemm_key.cpp) so that callers copy it: GCC
+/// compiled `GemmKernelArgs args{}` to `rep stosq`, whose start-up cost on Intel was 15 % of a
+/// tiny linear group's call (six zeroed structs a call); copying this blank takes a few
+/// vector moves.
+extern const GemmKernelArgs kBlankGemmArgs;
+
 /// Signature of every generated GEMM kernel.
 using GemmKernelFn = void (*)(const GemmKernelArgs*);
 

@@ -203,4 +203,6 @@ size_t GemmKeyHash::operator()(const GemmKey& k) const noexcept {
   return h;
 }
 
+const GemmKernelArgs kBlankGemmArgs{};  // gemm_kernel.hpp says why it lives here
+
 }  // namespace shapejit::jit

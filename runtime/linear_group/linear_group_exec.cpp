@@ -146,7 +146,7 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
                  const std::vector<int64_t>& tables, int64_t lanes) {
   const PackedPart& p = *c.part;
   const Io& io = *c.io;
-  jit::GemmKernelArgs args{};
+  jit::GemmKernelArgs args = jit::kBlankGemmArgs;
   args.a = reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(c.a) + r * c.lda);
   args.lda = c.lda;
   if (c.xs) args.x_scale = c.xs + r, args.x_zero = c.xz + r;
@@ -200,7 +200,7 @@ void run_segment(const unsigned char* panels, const PartCall& c, const Segment& 
 void run_small_row_major(const unsigned char* panels, const PartCall& call) {
   const PackedPart& p = *call.part;
   const Io& io = *call.io;
-  jit::GemmKernelArgs full{}, edge{};
+  jit::GemmKernelArgs full = jit::kBlankGemmArgs, edge = jit::kBlankGemmArgs;
   full.lda = edge.lda = call.lda;
   full.ldc = edge.ldc = io.ldy * 4;
   full.scale = edge.scale = p.scale;
