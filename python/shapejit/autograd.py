@@ -77,22 +77,9 @@ def bag_gradients(grad: Tensor, weight: Tensor, indices: Tensor, offsets: Option
 
 # ---- shapejit::embedding_bag: all four results -------------------------------------------------
 
-def _embedding_bag_setup(ctx, inputs, output):
-    weight, indices, offsets, scale_grad_by_freq, mode, sparse, psw, _, padding_idx = inputs
-    ctx.settings = (mode, padding_idx, scale_grad_by_freq, sparse)
-    ctx.save_for_backward(weight, indices, offsets, psw, *output[1:])
-
-
-def _embedding_bag_backward(ctx, grad, *_index_grads):
-    weight, indices, offsets, psw, offset2bag, bag_size, max_indices = ctx.saved_tensors
-    mode, padding_idx, scale_grad_by_freq, sparse = ctx.settings
-    gw, gp = bag_gradients(grad, weight, indices, offsets, psw, mode, padding_idx, scale_grad_by_freq, sparse,
-                           offset2bag, bag_size, max_indices, _wants(ctx, 0), _wants(ctx, 6))
-    return gw, None, None, None, None, None, gp, None, None
-
-
-torch.library.register_autograd("shapejit::embedding_bag", _embedding_bag_backward,
-                                setup_context=_embedding_bag_setup)
+# Its Autograd kernel is C++ (python/torch_bag_autograd.cpp: the same backward as bag_gradients
+# below, written out there): a Python one ran on every call of the op, gradient or not, and cost
+# twice torch.embedding_bag's whole call for a small bag.
 
 
 # ---- the output-only ops ---------------------------------------------------------------------
