@@ -1,5 +1,6 @@
 #include "runtime/embag/widen_weights.hpp"
 
+#include "jit/host_features.hpp"
 #include "ref/float16.hpp"
 
 #if defined(__x86_64__)
@@ -30,7 +31,10 @@ DType kernel_weight_dtype(DType psw) {
 void widen_f16_weights(const void* src, int64_t n, float* dst) {
   const auto* words = static_cast<const uint16_t*>(src);
 #if defined(__x86_64__)
-  static const bool f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  static const bool f16c = [] {
+    const jit::HostFeatures& h = jit::host_features();
+    return h.f16c && h.avx2 && h.os_avx_state;
+  }();
   if (f16c) return widen_f16c(words, n, dst);
 #endif
   // No F16C: no x86 kernel runs on this host (the scalar ISA's reference reads the caller's).
