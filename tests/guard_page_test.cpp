@@ -25,6 +25,7 @@
 #include "ref/embedding_bag.hpp"
 #include "ref/float16.hpp"
 #include "runtime/embag/embag_kernel_call.hpp"
+#include "runtime/embag/widen_weights.hpp"
 #include "runtime/engine/isa_select.hpp"
 #include "runtime/embag/prefetch_policy.hpp"
 #include "shapejit/shapejit.h"
@@ -634,10 +635,16 @@ std::string run_valid_dtype(const FencedDtypeTable& t, const FencedInts& idx, co
 
 TEST_CASE("guard pages: f16, bf16 and packed Q8/Q4/Q2 rows whose last byte ends the page (every D, ISA, mode)") {
   REQUIRE(shapejit_set_num_threads(1) == SHAPEJIT_OK);
-  const float psw32[] = {0.5f, -1.0f, 2.0f, 1.0f, 3.0f, -0.25f, 1.5f};
-  uint16_t psw_f16[7], psw_bf16[7];
-  for (int i = 0; i < 7; ++i)
-    psw_f16[i] = shapejit::ref::f32_to_f16(psw32[i]), psw_bf16[i] = shapejit::ref::f32_to_bf16(psw32[i]);
+  // The weights end at a PROT_NONE page too: the kernels read f32 and bf16 weights, the plan
+  // widens f16 ones (runtime/embag/widen_weights.hpp), and neither may read past the last.
+  const float kWeights[] = {0.5f, -1.0f, 2.0f, 1.0f, 3.0f, -0.25f, 1.5f};
+  FencedBuffer fence32(sizeof kWeights, Edge::kEnd), fence_f16(7 * 2, Edge::kEnd), fence_bf16(7 * 2, Edge::kEnd);
+  float* psw32 = fence32.as<float>();
+  uint16_t *psw_f16 = fence_f16.as<uint16_t>(), *psw_bf16 = fence_bf16.as<uint16_t>();
+  for (int i = 0; i < 7; ++i) {
+    psw32[i] = kWeights[i];
+    psw_f16[i] = shapejit::ref::f32_to_f16(kWeights[i]), psw_bf16[i] = shapejit::ref::f32_to_bf16(kWeights[i]);
+  }
   int64_t calls = 0;
   for (Isa isa : isas()) {
     shapejit::rt::ScopedIsaOverride pin(isa);
@@ -747,4 +754,20 @@ TEST_CASE("guard pages: offset2bag filled in vector stores stays within its arra
     }
   }
   MESSAGE("guard pages: " << calls << " offset2bag fills against a PROT_NONE page, no fault");
+}
+
+TEST_CASE("guard pages: f16 weights widened from either edge of a page, every length to 40") {
+  int64_t runs = 0;
+  for (const Edge edge : {Edge::kEnd, Edge::kStart})
+    for (int64_t n = 1; n <= 40; ++n) {
+      CAPTURE(n);
+      FencedBuffer words(size_t(n) * 2, edge);
+      uint16_t* w = words.as<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) w[i] = uint16_t(0x3C00 + 37 * i);  // 1.0 and up
+      std::vector<float> wide(static_cast<size_t>(n));
+      shapejit::rt::widen_f16_weights(w, n, wide.data());
+      for (int64_t i = 0; i < n; ++i) CHECK(wide[size_t(i)] == shapejit::ref::f16_to_f32(w[i]));
+      ++runs;
+    }
+  MESSAGE("guard pages: " << runs << " f16 weight widenings against a PROT_NONE page, no fault");
 }
