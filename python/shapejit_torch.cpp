@@ -251,6 +251,13 @@ TORCH_LIBRARY(shapejit, m) {
       "embedding_bag(Tensor weight, Tensor indices, Tensor? offsets=None, bool scale_grad_by_freq=False, "
       "int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, "
       "int? padding_idx=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  // The gradients of one bag (of weight and per_sample_weights; None where need_* is False): torch's
+  // ATen backward ops fed with the index results (python/torch_bag_autograd.cpp).
+  m.def(
+      "embedding_bag_backward(Tensor grad, Tensor weight, Tensor indices, Tensor? offsets, "
+      "Tensor? per_sample_weights, int mode, int? padding_idx, bool scale_grad_by_freq, bool sparse, "
+      "Tensor offset2bag, Tensor bag_size, Tensor max_indices, bool need_weight, bool need_per_sample_weights) "
+      "-> (Tensor, Tensor)");
   // Its output alone, without the arguments only the gradient reads.
   m.def(
       "embedding_bag_output(Tensor weight, Tensor indices, Tensor? offsets=None, int mode=0, "

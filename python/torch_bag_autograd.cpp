@@ -34,6 +34,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> bag_below_autograd(
                  padding_idx);
 }
 
+// The gradients of one bag (of the weight and of per_sample_weights; undefined where not asked
+// for): torch's own ATen backward ops, given the 1-D indices, offsets and per_sample_weights
+// torch.embedding_bag hands them. shapejit::embedding_bag's autograd node and the group ops'
+// Python backward (python/shapejit/autograd.py, through the embedding_bag_backward op) both use it.
+std::tuple<at::Tensor, at::Tensor> embedding_bag_gradients(
+    const at::Tensor& grad, const at::Tensor& weight, const at::Tensor& indices,
+    const std::optional<at::Tensor>& given_offsets, const std::optional<at::Tensor>& per_sample_weights,
+    int64_t mode, std::optional<int64_t> padding_idx, bool scale_grad_by_freq, bool sparse,
+    const at::Tensor& offset2bag, const at::Tensor& bag_size, const at::Tensor& max_indices, bool need_weight,
+    bool need_per_sample_weights) {
+  const bool has_weights = per_sample_weights.has_value() && per_sample_weights->defined();
+  at::Tensor flat = indices, psw = has_weights ? *per_sample_weights : at::Tensor();
+  at::Tensor offsets = given_offsets.has_value() ? *given_offsets : at::Tensor();
+  // 2-D indices flattened with offsets 0, L, 2L, ...; indices and offsets of different dtypes
+  // both int64 (ATen's promotion). Sizes are symbolic when torch.compile traces with dynamic
+  // shapes, so they are read as SymInts.
+  if (indices.dim() == 2) {
+    offsets = at::arange(at::Scalar(0), at::Scalar(indices.sym_numel()), at::Scalar(indices.sym_size(1)),
+                         indices.options());
+    flat = indices.reshape(-1);
+    if (psw.defined()) psw = psw.reshape(-1);
+  }
+  if (offsets.scalar_type() != flat.scalar_type()) {
+    flat = flat.to(at::kLong);
+    offsets = offsets.to(at::kLong);
+  }
+  // ATen's padding_idx: -1 for none, a negative one counted from the end (the backward ops take
+  // an int: a traced row count is fixed by it).
+  int64_t pad = -1;
+  if (padding_idx.has_value()) {
+    pad = *padding_idx;
+    if (pad < 0) pad += weight.sym_size(0).guard_int(__FILE__, __LINE__);
+  }
+  at::Tensor grad_weight, grad_psw;
+  if (need_weight)
+    grad_weight = at::_embedding_bag_backward_symint(grad, flat, offsets, offset2bag, bag_size, max_indices,
+                                                     weight.sym_size(0), scale_grad_by_freq, mode, sparse,
+                                                     psw.defined() ? std::optional<at::Tensor>(psw) : std::nullopt,
+                                                     pad);
+  if (need_per_sample_weights && has_weights)
+    grad_psw = at::_embedding_bag_per_sample_weights_backward(grad, weight, flat, offsets, offset2bag, mode, pad)
+                   .reshape_symint(per_sample_weights->sym_sizes());
+  return {grad_weight, grad_psw};
+}
+
 struct EmbeddingBagFunction : torch::autograd::Function<EmbeddingBagFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& weight, const at::Tensor& indices,
                                const std::optional<at::Tensor>& offsets, bool scale_grad_by_freq, int64_t mode,
@@ -59,47 +104,18 @@ struct EmbeddingBagFunction : torch::autograd::Function<EmbeddingBagFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &weight = saved[0], &indices = saved[1], &offset2bag = saved[4], &bag_size = saved[5],
-                     &max_indices = saved[6];
-    at::Tensor offsets = saved[2], psw = saved[3];
-    const int64_t mode = ctx->saved_data["mode"].toInt();
     const bool has_offsets = ctx->saved_data["has_offsets"].toBool();
     const bool has_weights = ctx->saved_data["has_weights"].toBool();
+    const std::optional<int64_t> padding_idx =
+        ctx->saved_data["has_padding"].toBool() ? std::optional<int64_t>(ctx->saved_data["padding_idx"].toInt())
+                                                : std::nullopt;
     // The graph's edges are the tensors given: weight, indices, then offsets and the weights when
     // present.
-    const bool want_weight = ctx->needs_input_grad(0);
-    const bool want_psw = has_weights && ctx->needs_input_grad(has_offsets ? 3 : 2);
-    // What torch.embedding_bag hands its backward: 2-D indices flattened with offsets 0, L, 2L, ...;
-    // indices and offsets of different dtypes both int64.
-    at::Tensor flat = indices;
-    if (indices.dim() == 2) {
-      offsets = at::arange(at::Scalar(0), at::Scalar(indices.sym_numel()), at::Scalar(indices.sym_size(1)),
-                           indices.options());
-      flat = indices.reshape(-1);
-      if (psw.defined()) psw = psw.reshape(-1);
-    }
-    if (offsets.scalar_type() != flat.scalar_type()) {
-      flat = flat.to(at::kLong);
-      offsets = offsets.to(at::kLong);
-    }
-    // ATen's padding_idx: -1 for none, a negative one counted from the end (the backward ops take
-    // an int: a traced row count is fixed by it, as in the Python form). Sizes are symbolic when
-    // torch.compile traces with dynamic shapes, so the others are read as SymInts.
-    int64_t pad = -1;
-    if (ctx->saved_data["has_padding"].toBool()) {
-      pad = ctx->saved_data["padding_idx"].toInt();
-      if (pad < 0) pad += weight.sym_size(0).guard_int(__FILE__, __LINE__);
-    }
-    const at::Tensor& grad = grads[0];
-    at::Tensor grad_weight, grad_psw;
-    if (want_weight)
-      grad_weight = at::_embedding_bag_backward_symint(
-          grad, flat, offsets, offset2bag, bag_size, max_indices, weight.sym_size(0),
-          ctx->saved_data["scale_grad_by_freq"].toBool(), mode, ctx->saved_data["sparse"].toBool(),
-          psw.defined() ? std::optional<at::Tensor>(psw) : std::nullopt, pad);
-    if (want_psw)
-      grad_psw = at::_embedding_bag_per_sample_weights_backward(grad, weight, flat, offsets, offset2bag, mode, pad)
-                     .reshape_symint(saved[3].sym_sizes());
+    auto [grad_weight, grad_psw] = embedding_bag_gradients(
+        grads[0], saved[0], saved[1], has_offsets ? std::optional<at::Tensor>(saved[2]) : std::nullopt,
+        has_weights ? std::optional<at::Tensor>(saved[3]) : std::nullopt, ctx->saved_data["mode"].toInt(),
+        padding_idx, ctx->saved_data["scale_grad_by_freq"].toBool(), ctx->saved_data["sparse"].toBool(), saved[4],
+        saved[5], saved[6], ctx->needs_input_grad(0), has_weights && ctx->needs_input_grad(has_offsets ? 3 : 2));
     // One gradient per forward argument (none for the integer and flag ones).
     return {grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), grad_psw, at::Tensor(),
             at::Tensor()};
@@ -125,4 +141,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embedding_bag_autogra
 
 TORCH_LIBRARY_IMPL(shapejit, Autograd, m) {
   m.impl("embedding_bag", &shapejit::torch_ext::embedding_bag_autograd);
+}
+
+// ATen ops only: torch.compile and torch.export see through it to them.
+TORCH_LIBRARY_IMPL(shapejit, CompositeImplicitAutograd, m) {
+  m.impl("embedding_bag_backward", &shapejit::torch_ext::embedding_bag_gradients);
 }

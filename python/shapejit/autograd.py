@@ -21,8 +21,6 @@ from torch import Tensor
 
 from .fake import _quantized_dim, linear_group_settings
 
-_aten = torch.ops.aten
-
 
 def _no_gradients(inputs) -> list:
     """The backward's answer of no gradient for each of an op's inputs: register_autograd wants a
@@ -31,55 +29,23 @@ def _no_gradients(inputs) -> list:
             for a in inputs]
 
 
-def _wants(ctx, i: int) -> bool:
-    """Whether argument i needs a gradient (the dispatcher drops trailing arguments equal to their
-    defaults, so needs_input_grad may be shorter than the schema)."""
-    return i < len(ctx.needs_input_grad) and bool(ctx.needs_input_grad[i])
-
-
-def _bag_call(indices: Tensor, offsets: Optional[Tensor], per_sample_weights: Optional[Tensor]):
-    """The 1-D indices, offsets and per_sample_weights torch.embedding_bag passes its backward:
-    2-D indices flattened with offsets 0, L, 2L, ...; indices and offsets of different dtypes
-    both int64 (ATen's promotion)."""
-    if indices.dim() == 2:
-        offsets = torch.arange(0, indices.numel(), indices.size(1), dtype=indices.dtype, device=indices.device)
-        indices = indices.reshape(-1)
-        if per_sample_weights is not None:
-            per_sample_weights = per_sample_weights.reshape(-1)
-    if offsets.dtype != indices.dtype:
-        indices, offsets = indices.long(), offsets.long()
-    return indices, offsets, per_sample_weights
-
-
-def _padding(padding_idx: Optional[int], num_weights) -> int:
-    """ATen's padding_idx: -1 for none, a negative one counted from the end."""
-    if padding_idx is None:
-        return -1
-    return padding_idx + num_weights if padding_idx < 0 else padding_idx
-
-
 def bag_gradients(grad: Tensor, weight: Tensor, indices: Tensor, offsets: Optional[Tensor],
                   per_sample_weights: Optional[Tensor], mode: int, padding_idx: Optional[int],
                   scale_grad_by_freq: bool, sparse: bool, offset2bag: Tensor, bag_size: Tensor, max_indices: Tensor,
                   need_weight: bool, need_psw: bool):
-    """(grad of weight, grad of per_sample_weights) of one bag, by torch's backward ops."""
-    flat, offs, psw = _bag_call(indices, offsets, per_sample_weights)
-    pad = _padding(padding_idx, weight.size(0))
-    grad_weight = grad_psw = None
-    if need_weight:
-        grad_weight = _aten._embedding_bag_backward(grad, flat, offs, offset2bag, bag_size, max_indices,
-                                                    weight.size(0), scale_grad_by_freq, mode, sparse, psw, pad)
-    if need_psw and per_sample_weights is not None:
-        grad_psw = _aten._embedding_bag_per_sample_weights_backward(grad, weight, flat, offs, offset2bag, mode, pad)
-        grad_psw = grad_psw.reshape(per_sample_weights.shape)
-    return grad_weight, grad_psw
+    """(grad of weight, grad of per_sample_weights) of one bag, None where not asked for: torch's
+    backward ops, through the op shapejit::embedding_bag's own autograd node uses
+    (python/torch_bag_autograd.cpp)."""
+    return torch.ops.shapejit.embedding_bag_backward(grad, weight, indices, offsets, per_sample_weights, mode,
+                                                     padding_idx, scale_grad_by_freq, sparse, offset2bag, bag_size,
+                                                     max_indices, need_weight, need_psw)
 
 
 # ---- shapejit::embedding_bag: all four results -------------------------------------------------
 
-# Its Autograd kernel is C++ (python/torch_bag_autograd.cpp: the same backward as bag_gradients
-# below, written out there): a Python one ran on every call of the op, gradient or not, and cost
-# twice torch.embedding_bag's whole call for a small bag.
+# Its Autograd kernel is C++ (python/torch_bag_autograd.cpp, with bag_gradients' backward): a
+# Python one ran on every call of the op, gradient or not, and cost twice torch.embedding_bag's
+# whole call for a small bag.
 
 
 # ---- the output-only ops ---------------------------------------------------------------------
