@@ -49,6 +49,9 @@ struct EmbagKey {
   /// Rule H6's FBGEMM path (ref::bf16_fbgemm_path): a bf16 table without padding_idx fuses
   /// weighted terms and rounds its sums half up.
   bool bf16_fbgemm_path() const { return ref::bf16_fbgemm_path(static_cast<int64_t>(table), padding); }
+  /// A weighted sum's term is one fma (ref::weighted_terms_fused: no padding_idx, or f16), not a
+  /// rounded product and an add.
+  bool weighted_terms_fused() const { return ref::weighted_terms_fused(static_cast<int64_t>(table), padding); }
   /// The bf16 output is rounded half up (sums and maxima on H6's FBGEMM path), not to nearest even.
   bool bf16_out_half_up() const { return bf16_fbgemm_path() && mode != Mode::kMean; }
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).

@@ -176,13 +176,13 @@ float element_value(const Call& c, int64_t r, int64_t j) {
 
 // ---- Reductions: each fills res[0, D) with the bag's f32 result ----------------------------
 
-// f32 rules 1-3 and H1-H3, H6: sum from +0.0 in index order (weighted: fmaf for f32 and for bf16
-// on H6's FBGEMM path; f16: w * x, exact in f32, then one add; bf16 with padding_idx: w * x
-// rounded to f32, then one add, as ATen's loop does).
+// f32 rules 1-3 and H1-H3, H6: sum from +0.0 in index order (weighted: fmaf without padding_idx,
+// as torch's FBGEMM kernel; with padding_idx w * x rounded to f32, then one add, as ATen's loop;
+// f16: w * x is exact in f32, so either).
 void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   std::fill(res.begin(), res.end(), 0.0f);
   const bool weighted = c.a.per_sample_weights != nullptr;
-  const bool fused = c.table == SHAPEJIT_F32 || bf16_fbgemm_path(c.table, c.a.has_padding_idx != 0);
+  const bool fused = weighted_terms_fused(c.table, c.a.has_padding_idx != 0);
   c.for_each_row(s.begin, s.end, [&](int64_t i, int64_t, int64_t r) {
     const unsigned char* row = c.row(r);
     const float w = weighted ? c.weight(i) : 1.0f;

@@ -115,6 +115,15 @@ inline void store_float_output(void* out, int64_t out_dtype, int64_t i, float v,
 /// the mean's quotient, round to nearest even.
 inline bool bf16_fbgemm_path(int64_t table, bool has_padding_idx) { return table == SHAPEJIT_BF16 && !has_padding_idx; }
 
+/// Whether a weighted sum over a float table fuses each term, acc = fmaf(w, x, acc), as torch
+/// 2.x's FBGEMM kernel does (calls without padding_idx), or rounds the product first,
+/// acc = f32(acc + f32(w * x)), as ATen's own loop does (calls with padding_idx, f32 and bf16
+/// tables: embedding-bag-semantics.md, "Weighted sums and ATen's two paths"). A product of two
+/// f16 values is exact in f32, so both forms agree there and f16 counts as fused.
+inline bool weighted_terms_fused(int64_t table, bool has_padding_idx) {
+  return !has_padding_idx || table == SHAPEJIT_F16;
+}
+
 /// Rounds a bf16 table's sum to bf16 as rule H6 says (as f32 -> f32).
 inline float round_bf16_sum(bool fbgemm_path, float v) {
   return fbgemm_path ? round_to_bf16_half_up(v) : round_to_bf16(v);

@@ -379,7 +379,7 @@ TEST_CASE("a64 table ops: accumulate matches the spec's step for every dtype, wi
           const float x = r.value[size_t(j)];
           if (shapejit::jit::is_quantized_table(v.table)) a = ref::quantized_step(a, w * r.scale, w * r.bias, uint32_t(x));
           else if (!v.weighted) a = a + x;
-          else a = v.table == DType::kF32 || key.bf16_fbgemm_path() ? std::fma(w, x, a) : a + w * x;  // ref's rule (H6)
+          else a = key.weighted_terms_fused() ? std::fma(w, x, a) : a + w * x;  // ref's rule
         }
         fn(p - off, w_at, acc.data(), pos);
         shapejit::test::note_direct_run(shapejit::jit::Isa::kNeon);

@@ -1,7 +1,8 @@
-// Weighted sums round once per term (fused multiply-add), with or without padding_idx. ATen
-// rounds twice per term (product, then sum) on its slow path, taken when padding_idx is set:
-// docs/embedding-bag-semantics.md, "Weighted sums and ATen's slow path", states the difference
-// and this test pins it on inputs where it is largest: overflow of a rounded product.
+// Weighted sums over f32 tables round once per term (fused multiply-add) without padding_idx,
+// as torch's FBGEMM kernel, and twice (the product, then the sum) with it, as ATen's own loop,
+// which torch runs for such calls: docs/embedding-bag-semantics.md, "Weighted sums and ATen's
+// two paths". This test pins both on inputs where they differ most, overflow of a rounded
+// product, for the reference, the selected ISA's kernel and the generic kernel.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "ref/embedding_bag.hpp"
@@ -83,21 +85,24 @@ std::vector<float> run_api(const shapejit_embedding_bag_args& a) {
   return out;
 }
 
-void check_fused(const WeightedCase& c, const std::vector<float>& out) {
+// Every column of every bag as the rounded-product walk gives it (NaN: any NaN).
+void check_rounded(const WeightedCase& c, const std::vector<float>& out) {
   for (int64_t b = 0; b < 3; ++b)
     for (int64_t d = 0; d < kDim; ++d) {
       CAPTURE(b);
       CAPTURE(d);
-      CHECK(std::bit_cast<uint32_t>(out[size_t(b * kDim + d)]) == std::bit_cast<uint32_t>(c.sum(b, d, true)));
+      const float want = c.sum(b, d, false), got = out[size_t(b * kDim + d)];
+      if (std::isnan(want)) CHECK(std::isnan(got));
+      else CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want));
     }
 }
 
 }  // namespace
 
-TEST_CASE("weighted sum with padding_idx: one rounding per term, where ATen's slow path has two") {
+TEST_CASE("weighted sum with padding_idx: two roundings per term, as ATen's loop; without it one") {
   const WeightedCase c;
-  // What ATen's slow path computes differs on these inputs as the semantics document says:
-  // a product that overflows is infinite at once, a later opposite one makes NaN.
+  // The two walks differ on these inputs as the semantics document says: a rounded product
+  // that overflows is infinite at once, a later opposite one makes NaN.
   CHECK(c.sum(0, 0, true) == -kMax);
   CHECK(std::isnan(c.sum(0, 0, false)));
   CHECK(c.sum(1, 0, true) == -std::numeric_limits<float>::infinity());
@@ -112,15 +117,23 @@ TEST_CASE("weighted sum with padding_idx: one rounding per term, where ATen's sl
   std::vector<float> ref(size_t(3 * kDim));
   std::vector<int64_t> offset2bag(a.num_indices), bag_size(3), max_indices(3);
   shapejit::ref::embedding_bag(a, ref.data(), offset2bag.data(), bag_size.data(), max_indices.data());
-  check_fused(c, ref);
-  check_fused(c, run_api(a));  // the selected ISA's kernel
+  check_rounded(c, ref);
+  check_rounded(c, run_api(a));  // the selected ISA's kernel
   {
     const shapejit::rt::ScopedIsaOverride pin(shapejit::jit::Isa::kScalar);  // the generic kernel
-    check_fused(c, run_api(a));
+    check_rounded(c, run_api(a));
   }
-  // Without padding_idx ATen's fast path fuses too; the row that was padding now counts.
+  // Without padding_idx every term is one fma; the row that was padding now counts.
   shapejit_embedding_bag_args unpadded = a;
   unpadded.has_padding_idx = 0;
-  const std::vector<float> out = run_api(unpadded);
-  CHECK(out[0] == std::fmaf(7.0f, 5.0f, c.sum(0, 0, true)));
+  for (const bool generic : {false, true}) {
+    CAPTURE(generic);
+    std::optional<shapejit::rt::ScopedIsaOverride> pin;
+    if (generic) pin.emplace(shapejit::jit::Isa::kScalar);
+    const std::vector<float> out = run_api(unpadded);
+    CHECK(out[0] == std::fmaf(7.0f, 5.0f, c.sum(0, 0, true)));
+    // Bag 2 names no padding row: the fused walk, finite in column 0 and 2^-11 + 2^-24 in column 1.
+    CHECK(out[2 * kDim] == c.sum(2, 0, true));
+    CHECK(out[2 * kDim + 1] == 0x1p-11f + 0x1p-24f);
+  }
 }

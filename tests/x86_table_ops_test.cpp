@@ -220,7 +220,7 @@ struct Scalar {
   DType table;
   int64_t dim;
   bool weighted, max;
-  bool fused_bf16;  // rule H6's FBGEMM path (no padding_idx): bf16 weighted terms are fmas
+  bool fused;  // ref::weighted_terms_fused: weighted terms are fmas (no padding_idx, or f16)
 
   float widened(const unsigned char* row, int64_t j) const {
     if (table == DType::kF32) return ref::load_f32(row + 4 * j);
@@ -248,9 +248,9 @@ struct Scalar {
     const float x = widened(row, j);
     if (max) return x;
     if (!weighted) return acc + x;
-    // ref: fmaf for f32 and for bf16 without padding_idx (H6); f32(acc + f32(w * x)) for f16
-    // (equal to fmaf) and bf16 with padding_idx (not where w * x overflows or underflows).
-    return table == DType::kF32 || fused_bf16 ? std::fma(w, x, acc) : acc + w * x;
+    // ref: fmaf without padding_idx (and for f16, whose products are exact); with padding_idx
+    // f32(acc + f32(w * x)), ATen's loop.
+    return fused ? std::fma(w, x, acc) : acc + w * x;
   }
 };
 
@@ -322,7 +322,7 @@ void check_row_op(JitRuntime& rt, EmbagKey key, int64_t first_col, int64_t cols,
   Rng rng(seed);
   std::vector<float> acc(static_cast<size_t>(lanes)), want(static_cast<size_t>(lanes));
   for (int64_t i = 0; i < lanes; ++i) acc[size_t(i)] = uniform(rng, 0, 3) == 0 ? 0.0f : table_f32(rng);
-  const Scalar scalar{key.table, key.dim, key.weighted, max, key.bf16_fbgemm_path()};
+  const Scalar scalar{key.table, key.dim, key.weighted, max, key.weighted_terms_fused()};
   const bool nbit_weighted_f32 = (key.table == DType::kQ4 || key.table == DType::kQ2) && key.weighted &&
                                  key.psw == DType::kF32 && !max;
   for (int step = 0; step < 24; ++step) {
@@ -481,7 +481,7 @@ bool weight_dtype_allowed(DType table, DType psw) {
 constexpr DType kTables[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8, DType::kQ4, DType::kQ2};
 
 // Every row op, store and mean finish of one table dtype; `padding` sets key.padding, which
-// decides rule H6's path for bf16 tables.
+// decides whether weighted terms fuse (f32, bf16) and rule H6's path for bf16 tables.
 void check_table(JitRuntime& rt, Isa isa, DType table, bool padding, uint64_t seed, uint64_t& number, Tally& tally) {
   const int64_t lanes = isa == Isa::kAvx512 ? 16 : 8;
   for (int variant = 0; variant < 5; ++variant) {  // sum; weighted by f32, f16, bf16; max
@@ -515,8 +515,9 @@ void run_all(Isa isa, uint64_t seed) {
   uint64_t number = 0;
   for (DType table : kTables) {
     check_table(rt, isa, table, false, seed, number, tally);
-    // bf16 again with padding_idx: rule H6's other path (products rounded, sums to nearest even).
-    if (table == DType::kBF16) check_table(rt, isa, table, true, seed, number, tally);
+    // f32 and bf16 again with padding_idx: ATen's loop (products rounded; bf16 sums to nearest
+    // even, rule H6).
+    if (table == DType::kF32 || table == DType::kBF16) check_table(rt, isa, table, true, seed, number, tally);
   }
   if (shapejit::test::host_has(isa)) {
     MESSAGE(tally.functions << " functions, " << tally.compared << " values compared; 1.13's f64 Q8 step differed from fmaf (B4) in "

@@ -85,8 +85,10 @@ void A64EmbagEmitter::row_setup() {
 }
 
 // acc += x (fadd acc, acc, x) or acc = fmaf(w, x, acc) (fmla acc, x, w[0]) per vector of the
-// block. f32: full vectors load in pairs (ldp) into the two load registers; the tail loads
-// exactly its columns. Other dtypes: the operations load the block's columns in groups.
+// block; with padding_idx a weighted term rounds its product first (fmul x, x, w[0], then fadd:
+// ref::weighted_terms_fused). f32: full vectors load in pairs (ldp) into the two load registers;
+// the tail loads exactly its columns. Other dtypes: the operations load the block's columns in
+// groups.
 void A64EmbagEmitter::accumulate(const EmbagBlock& blk) {
   if (!f32_table()) {
     std::vector<uint32_t> accs;
@@ -97,10 +99,17 @@ void A64EmbagEmitter::accumulate(const EmbagBlock& blk) {
     return;
   }
   const a64::Vec w = vq(bcast_);
+  const bool fused = key().weighted_terms_fused();
   auto add = [&](int64_t j, uint32_t x) {
     const a64::Vec a = vq(acc(j)).s4();
-    if (key().weighted) a_.fmla(a, vq(x).s4(), w.s(0));
-    else a_.fadd(a, a, vq(x).s4());
+    if (!key().weighted) {
+      a_.fadd(a, a, vq(x).s4());
+    } else if (fused) {
+      a_.fmla(a, vq(x).s4(), w.s(0));
+    } else {
+      a_.fmul(vq(x).s4(), vq(x).s4(), w.s(0));
+      a_.fadd(a, a, vq(x).s4());
+    }
   };
   for (int64_t j = 0; j < blk.num_vecs;) {
     const int64_t v = blk.first_vec + j;

@@ -275,11 +275,10 @@ void A64TableOps::load_group(const a64::Gp& base, int64_t offset, int64_t cols, 
   }
 }
 
-// Weighted float tables: the spec's step is acc + f32(w * x). For f32 tables the engine's rule is
-// one fma; for f16 the product of two halves is always exact in f32 (no overflow, no underflow),
-// so fmla is that step; bf16 products can overflow or underflow f32 (bf16 has f32's exponent
-// range), where fma would differ (e.g. -inf + (2^100 * 2^100) is NaN, the fma -inf). Rule H6:
-// with padding_idx bf16 multiplies, then adds (ATen's loop); without, it fuses (FBGEMM).
+// Weighted float tables (ref::weighted_terms_fused): without padding_idx one fma per term, as
+// torch's FBGEMM kernel; with padding_idx f32 and bf16 multiply, then add, as ATen's loop (an f32
+// product rounds; a bf16 product is exact but where it overflows or underflows f32: -inf +
+// (2^100 * 2^100) is NaN, the fma -inf). An f16 product is always exact in f32: fmla either way.
 void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base, int64_t offset, int64_t cols) {
   if (!bound_) internal("accumulate before bind");
   if (cols < 1 || int64_t(acc.size()) * 4 < cols) internal("accumulate: columns do not fit the accumulators");
@@ -292,7 +291,7 @@ void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base,
       if (quantized()) {  // B4: fmaf(s, q, f32(acc + b)), FBGEMM's order, every bit width
         a_.fadd(a.s4(), a.s4(), vq(b_).s4());
         a_.fmla(a.s4(), vq(x).s4(), vq(s_).s(0));
-      } else if (key_.weighted && key_.table == DType::kBF16 && !key_.bf16_fbgemm_path()) {  // see above
+      } else if (key_.weighted && !key_.weighted_terms_fused()) {  // see above
         a_.fmul(vq(x).s4(), vq(x).s4(), vq(w_).s(0));
         a_.fadd(a.s4(), a.s4(), vq(x).s4());
       } else if (key_.weighted) {

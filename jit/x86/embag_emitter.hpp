@@ -66,6 +66,7 @@ class X86EmbagEmitter final : public EmbagSkeleton {
   // Table dtype (embag_emitter_table.cpp): everything that depends on key.table, key.out, key.psw.
   // f32 tables are emitted inline (memory operands); the other dtypes through ops_.
   void plan_table_scratch();
+  bool rounded_products() const;
   void row_setup() override;
   void accumulate(const EmbagBlock& blk) override;
   void load_value(uint32_t dst, int64_t first_col, int64_t cols) override;

@@ -18,8 +18,9 @@ namespace shapejit::jit {
 using namespace asmjit;
 
 // f32: AVX2 tails of sum and mean are loaded into xtmp_ (and the part beyond 4 columns into
-// xtmp2_); max loads into xtmp_ anyway (taken by plan_registers). Other dtypes: what
-// X86TableOps asks for.
+// xtmp2_); max loads into xtmp_ anyway (taken by plan_registers); a weighted sum that rounds
+// its products (rounded_products) computes them in xtmp_. Other dtypes: what X86TableOps asks
+// for.
 void X86EmbagEmitter::plan_table_scratch() {
   if (key().table != DType::kF32) {
     ops_.emplace(key(), a_);
@@ -31,9 +32,15 @@ void X86EmbagEmitter::plan_table_scratch() {
     return;
   }
   const bool avx2_tail = !t_.avx512 && tail() != 0;
-  if (key().mode == Mode::kMax || !avx2_tail) return;
+  if (key().mode == Mode::kMax || !(avx2_tail || rounded_products())) return;
   xtmp_ = vecs_.take();
-  if (tail() > 4) xtmp2_ = vecs_.take();
+  if (avx2_tail && tail() > 4) xtmp2_ = vecs_.take();
+}
+
+// A weighted f32 sum with padding_idx: f32(acc + f32(w * x)), ATen's loop, which torch runs
+// for such calls (ref::weighted_terms_fused); otherwise a term is one fma.
+bool X86EmbagEmitter::rounded_products() const {
+  return key().table == DType::kF32 && key().weighted && key().mode == Mode::kSum && !key().weighted_terms_fused();
 }
 
 // Weighted sum: the row's weight in every lane of bcast_ (f32), or X86TableOps' row registers
@@ -81,9 +88,9 @@ std::vector<uint32_t> X86EmbagEmitter::group_regs(int64_t j, bool ids) const {
   return regs;
 }
 
-// acc += x (sum, mean) or acc = fma(w, x, acc) (weighted), per vector of the block, with x a
-// memory operand (AVX-512 tails: masked lanes keep +0.0 and fault-suppress); other dtypes by
-// their rule (X86TableOps::accumulate).
+// acc += x (sum, mean) or acc = fma(w, x, acc) (weighted; rounded_products: the product in
+// xtmp_, then an add), per vector of the block, with x a memory operand (AVX-512 tails: masked
+// lanes keep +0.0 and fault-suppress); other dtypes by their rule (X86TableOps::accumulate).
 // Column groups: one op per group (X86TableOps::accumulate_group).
 void X86EmbagEmitter::accumulate(const EmbagBlock& blk) {
   if (ops_) {
@@ -108,8 +115,22 @@ void X86EmbagEmitter::accumulate(const EmbagBlock& blk) {
     if (is_tail(v) && !t_.avx512) {
       const x86::Vec tmp = vec(xtmp_);
       load_tail_avx2(tmp, x, tail(), x86::xmm(xtmp2_));
-      if (key().weighted) a_.vfmadd231ps(a, w, tmp);
-      else a_.vaddps(a, a, tmp);
+      if (rounded_products()) {
+        a_.vmulps(tmp, tmp, w);
+        a_.vaddps(a, a, tmp);
+      } else if (key().weighted) {
+        a_.vfmadd231ps(a, w, tmp);
+      } else {
+        a_.vaddps(a, a, tmp);
+      }
+      continue;
+    }
+    if (rounded_products()) {
+      const x86::Vec product = vec(xtmp_);
+      if (is_tail(v)) a_.k(k_tail_).z();
+      a_.vmulps(product, w, x);
+      if (is_tail(v)) a_.k(k_tail_);
+      a_.vaddps(a, a, product);
       continue;
     }
     if (is_tail(v)) a_.k(k_tail_);

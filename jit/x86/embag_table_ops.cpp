@@ -67,6 +67,7 @@ int64_t X86TableOps::temps_needed() const {
   }
   const int64_t bf16_round = avx512_ ? 2 : 3;  // AVX-512 keeps the NaN mask in k_temp_
   if (quantized() && (key_.weighted || key_.mode == Mode::kMax)) n = std::max<int64_t>(n, 1);
+  if (key_.weighted && key_.mode == Mode::kSum && !key_.weighted_terms_fused()) n = std::max<int64_t>(n, 1);  // w * x
   if (key_.out == DType::kF32 && !avx512_ && tail_ > 4) n = std::max<int64_t>(n, 1);
   if (key_.out == DType::kF16) n = std::max<int64_t>(n, 1);
   if (key_.out == DType::kBF16) n = std::max(n, bf16_round);
@@ -416,8 +417,15 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
       if (whole || avx512_) {  // AVX-512 tails: masked lanes keep acc and fault-suppress
         const x86::Mem x = at(m, 0, uint32_t(lanes_ * 4));
         if (!whole) a_.k(k_load_);
-        if (weighted) a_.vfmadd231ps(acc, vec(weight_), x);
-        else a_.vaddps(acc, acc, x);
+        if (!weighted) {
+          a_.vaddps(acc, acc, x);
+        } else if (key_.weighted_terms_fused()) {
+          a_.vfmadd231ps(acc, vec(weight_), x);
+        } else {  // with padding_idx, ATen's loop: f32(acc + f32(w * x))
+          a_.vmulps(temp(0), vec(weight_), x);
+          if (!whole) a_.k(k_load_);
+          a_.vaddps(acc, acc, temp(0));
+        }
         return;
       }
       [[fallthrough]];
@@ -426,14 +434,14 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
       load_float_cols(temp(0), m, cols);
       if (!weighted) {
         a_.vaddps(acc, acc, temp(0));
-      } else if (key_.table == DType::kBF16 && !key_.bf16_fbgemm_path()) {
-        // H6 with padding_idx, ATen's loop: f32(acc + f32(w * x)). A bf16 product is exact only
-        // inside f32's range (bf16 has its exponents), so an fma differs where w * x overflows or
-        // underflows; without padding_idx torch's FBGEMM kernel fuses (the branch below).
+      } else if (!key_.weighted_terms_fused()) {
+        // With padding_idx, ATen's loop: f32(acc + f32(w * x)), torch's FBGEMM kernel fuses
+        // without it (the branch below). A bf16 product is exact only inside f32's range (bf16
+        // has its exponents), so there an fma differs only where w * x overflows or underflows.
         a_.vmulps(temp(0), temp(0), vec(weight_));
         a_.vaddps(acc, acc, temp(0));
       } else {
-        a_.vfmadd231ps(acc, vec(weight_), temp(0));  // f16 x f16 is exact in f32: fma == mul + add; bf16: H6
+        a_.vfmadd231ps(acc, vec(weight_), temp(0));  // f16 x f16 is exact in f32: fma == mul + add
       }
       return;
     case DType::kQ8:

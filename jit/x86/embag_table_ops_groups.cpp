@@ -79,7 +79,7 @@ void X86TableOps::accumulate_bf16_group(const std::vector<uint32_t>& accs, const
     const x86::Vec acc = vec(accs[k]), x = k == 0 ? even : odd;
     if (!weighted) {
       a_.vaddps(acc, acc, x);
-    } else if (!key_.bf16_fbgemm_path()) {  // as accumulate: f32(acc + f32(w * x))
+    } else if (!key_.weighted_terms_fused()) {  // as accumulate: f32(acc + f32(w * x))
       a_.vmulps(x, x, vec(weight_));
       a_.vaddps(acc, acc, x);
     } else {

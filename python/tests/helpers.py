@@ -75,9 +75,9 @@ def heads(y, nb, seq_len, h, batch_first):
 
 
 def weighted_sum_tolerance(weight, indices, offsets, psw, padding_idx, include_last_offset):
-    """ATen's slow path (padding_idx, a column-strided table or strided weights) rounds each
-    weighted product before adding, we use fma: they agree within the roundings of both,
-    2^-24 (|w x| + 2 |partial sum|) per term."""
+    """ATen's own loop rounds each weighted product before adding; on a column-strided table or
+    strided weights without padding_idx torch runs it where shapejit fuses (fma): they agree
+    within the roundings of both, 2^-24 (|w x| + 2 |partial sum|) per term."""
     n = indices.numel()
     pad = None if padding_idx is None else padding_idx % weight.shape[0]
     bags = len(offsets) - (1 if include_last_offset else 0)

@@ -136,8 +136,8 @@ void sum_block(const P& p, int64_t begin, int64_t end, int64_t c0, int64_t n, fl
       constexpr int kBits = kTable == SHAPEJIT_Q8 ? 8 : kTable == SHAPEJIT_Q4 ? 4 : 2;
       sum_quantized_row<kBits>(acc, p.row(r), p.dim, c0, n, p.weight(i));
     } else {
-      sum_float_row<kTable>(acc, p.row(r), c0, n, p.flags.weighted,
-                            kTable == SHAPEJIT_F32 || ref::bf16_fbgemm_path(kTable, p.flags.padding), p.weight(i));
+      sum_float_row<kTable>(acc, p.row(r), c0, n, p.flags.weighted, ref::weighted_terms_fused(kTable, p.flags.padding),
+                            p.weight(i));
     }
   });
 }

@@ -87,29 +87,6 @@ AtenResult call_aten(const EmbagCase& c, const AtenInputs& in, AtenOp op) {
                             c.include_last_offset, padding);
 }
 
-// Weighted sums with padding_idx: ATen's slow path rounds each product before adding, we use
-// fmaf, so they agree within one rounding per term: eps * sum(|w x| + |partial sum|).
-std::vector<double> weighted_padding_tolerance(const EmbagCase& c) {
-  const int64_t bags = c.num_bags(), dim = c.dim, n = int64_t(c.indices.size());
-  std::vector<double> tol(static_cast<size_t>(bags * dim), 0.0);
-  for (int64_t b = 0; b < bags; ++b) {
-    const int64_t begin = c.offsets[size_t(b)];
-    const int64_t end = b + 1 < int64_t(c.offsets.size()) ? c.offsets[size_t(b + 1)] : n;
-    for (int64_t d = 0; d < dim; ++d) {
-      double sum = 0, bound = 0;
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t row = c.indices[size_t(i)];
-        if (row == c.padding_row()) continue;
-        const double term = double(c.per_sample_weights[size_t(i)]) * c.weight[size_t(row * c.row_stride + d)];
-        sum += term;
-        bound += std::fabs(term) + std::fabs(sum);
-      }
-      tol[size_t(b * dim + d)] = bound * std::ldexp(1.0, -23);
-    }
-  }
-  return tol;
-}
-
 std::string shape_text(at::IntArrayRef sizes) {
   std::ostringstream os;
   os << sizes;
@@ -125,8 +102,7 @@ std::string float_bits_text(float v) {
 }
 
 // "" when equal; else the first differing element. NaN in ATen accepts any NaN (payloads vary).
-std::string compare_floats(const at::Tensor& aten, std::span<const std::byte> ours, int64_t rows, int64_t cols,
-                           const std::vector<double>* tolerance) {
+std::string compare_floats(const at::Tensor& aten, std::span<const std::byte> ours, int64_t rows, int64_t cols) {
   const std::vector<int64_t> want{rows, cols};
   if (aten.scalar_type() != at::kFloat || aten.sizes() != at::IntArrayRef(want))
     return "output: ATen returned " + std::string(c10::toString(aten.scalar_type())) + shape_text(aten.sizes()) +
@@ -139,13 +115,11 @@ std::string compare_floats(const at::Tensor& aten, std::span<const std::byte> ou
     const float x = av[i];
     bool same;
     if (std::isnan(x)) same = std::isnan(o);
-    else if (tolerance && std::isfinite(x) && std::isfinite(o)) same = std::fabs(double(x) - o) <= (*tolerance)[size_t(i)];
     else same = std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(o);
     if (!same) {
       std::ostringstream os;
       os << "output[" << i / cols << "][" << i % cols << "]: ATen " << float_bits_text(x) << ", shapejit "
          << float_bits_text(o);
-      if (tolerance) os << " (tolerance " << (*tolerance)[size_t(i)] << ")";
       return os.str();
     }
   }
@@ -182,12 +156,12 @@ std::string compare_ints(const char* name, const at::Tensor& aten, std::span<con
 
 // Compares all four outputs; returns one line per differing output.
 std::string compare_all(const EmbagCase& c, const shapejit_embedding_bag_shapes& s, const GuardedOutputs& ours,
-                        const AtenResult& r, AtenOp op, const std::vector<double>* tolerance) {
+                        const AtenResult& r, AtenOp op) {
   std::string diff;
   auto add = [&](const std::string& line) {
     if (!line.empty()) diff += "  " + std::string(op_name(op)) + ": " + line + "\n";
   };
-  add(compare_floats(std::get<0>(r), ours.bytes(EmbagOutput::kOutput), s.output_rows, s.output_cols, tolerance));
+  add(compare_floats(std::get<0>(r), ours.bytes(EmbagOutput::kOutput), s.output_rows, s.output_cols));
   add(compare_ints("offset2bag", std::get<1>(r), ours.bytes(EmbagOutput::kOffset2bag), s.index_out_dtype,
                    {s.offset2bag_len}));
   // The autograd op sizes sum mode's (all-zero) bag_size and max_indices by B, not len(offsets);
@@ -218,7 +192,7 @@ struct Coverage {
     ++m[c.index_dtype != c.offset_dtype ? "mixed index/offset dtypes"
         : c.index_dtype == SHAPEJIT_I32 ? "int32 indices+offsets" : "int64 indices+offsets"];
     if (c.padding_idx) ++m[*c.padding_idx < 0 ? "padding_idx negative" : "padding_idx positive"];
-    if (c.padding_idx && c.weighted()) ++m["weighted sum with padding (tolerance)"];
+    if (c.padding_idx && c.weighted()) ++m["weighted sum with padding"];
     if (c.include_last_offset) ++m["include_last_offset"];
     if (c.aten_partial_final_offset) ++m["aten_partial_final_offset"];
     if (c.strided()) ++m["strided rows"];
@@ -238,7 +212,7 @@ struct Coverage {
         "mode sum", "mode sum weighted", "mode mean", "mode max", "table random", "table small-integers",
         "table few-values", "table specials", "mixed index/offset dtypes", "int32 indices+offsets",
         "int64 indices+offsets", "padding_idx negative", "padding_idx positive",
-        "weighted sum with padding (tolerance)", "include_last_offset", "aten_partial_final_offset",
+        "weighted sum with padding", "include_last_offset", "aten_partial_final_offset",
         "strided rows", "zero bags", "N = 0", "has empty bags", "D > 256", "also vs at::_embedding_bag",
         "also vs at::embedding_bag"};
     std::string out;
@@ -269,13 +243,11 @@ std::string check_case(const EmbagCase& c, Coverage& coverage) {
   if (std::string g = ours.check_guards(); !g.empty()) return g;
 
   const AtenInputs in(c);
-  const bool tolerant = c.weighted() && c.padding_idx.has_value();
-  const std::vector<double> tol = tolerant ? weighted_padding_tolerance(c) : std::vector<double>{};
   const AtenOp extra = c.number % 4 == 1 ? AtenOp::kUnderscore : c.number % 4 == 2 ? AtenOp::kPublic
                                                                                      : AtenOp::kForwardOnly;
   auto compare_with = [&](AtenOp op) -> std::string {
     try {
-      return compare_all(c, shapes, ours, call_aten(c, in, op), op, tolerant ? &tol : nullptr);
+      return compare_all(c, shapes, ours, call_aten(c, in, op), op);
     } catch (const std::exception& e) {
       return std::string("  ") + op_name(op) + " threw: " + e.what() + "\n";
     }
@@ -318,14 +290,14 @@ TEST_CASE("oracle: the output comparison reports one ulp, a lost NaN, a wrong dt
   auto bytes_of = [](const std::vector<float>& v) { return std::as_bytes(std::span<const float>(v)); };
   const at::Tensor aten = at::tensor({1.0f, std::nanf(""), -0.0f}, at::kFloat).reshape({1, 3});
   const std::vector<float> same{1.0f, -std::nanf("0x123"), -0.0f};  // any NaN matches ATen's NaN
-  CHECK(compare_floats(aten, bytes_of(same), 1, 3, nullptr).empty());
+  CHECK(compare_floats(aten, bytes_of(same), 1, 3).empty());
   const std::vector<float> ulp{std::nextafter(1.0f, 2.0f), std::nanf(""), -0.0f};
-  CHECK_FALSE(compare_floats(aten, bytes_of(ulp), 1, 3, nullptr).empty());
+  CHECK_FALSE(compare_floats(aten, bytes_of(ulp), 1, 3).empty());
   const std::vector<float> lost_nan{1.0f, 0.0f, -0.0f};
-  CHECK_FALSE(compare_floats(aten, bytes_of(lost_nan), 1, 3, nullptr).empty());
+  CHECK_FALSE(compare_floats(aten, bytes_of(lost_nan), 1, 3).empty());
   const std::vector<float> plus_zero{1.0f, std::nanf(""), 0.0f};  // -0.0 vs +0.0 is a difference
-  CHECK_FALSE(compare_floats(aten, bytes_of(plus_zero), 1, 3, nullptr).empty());
-  CHECK_FALSE(compare_floats(aten, bytes_of(same), 3, 1, nullptr).empty());
+  CHECK_FALSE(compare_floats(aten, bytes_of(plus_zero), 1, 3).empty());
+  CHECK_FALSE(compare_floats(aten, bytes_of(same), 3, 1).empty());
 
   const std::vector<int64_t> ints{0, 2, 5};
   const auto int_bytes = std::as_bytes(std::span<const int64_t>(ints));
@@ -336,11 +308,11 @@ TEST_CASE("oracle: the output comparison reports one ulp, a lost NaN, a wrong dt
   CHECK_FALSE(compare_ints("bag_size", at::tensor({0, 2, 4}, at::kLong), int_bytes, SHAPEJIT_I64, {3}).empty());
 }
 
-// docs/embedding-bag-semantics.md, "Weighted sums and ATen's slow path": shapejit always fuses
-// w * x into the sum; ATen fuses on its fast path and rounds each product on its slow path
-// (padding_idx set). Pinned where the difference is largest, a product beyond FLT_MAX, so a
-// PyTorch that changes either path fails here rather than in the random cases' tolerance.
-TEST_CASE("oracle: weighted sums fuse like ATen's fast path; ATen's slow path rounds each product") {
+// docs/embedding-bag-semantics.md, "Weighted sums and ATen's two paths": without padding_idx
+// torch's FBGEMM kernel fuses w * x into the sum, with it ATen's own loop rounds each product,
+// and shapejit does what torch does in each case. Pinned where the two paths differ most, a
+// product beyond FLT_MAX, so a PyTorch that changes either path fails here by name.
+TEST_CASE("oracle: weighted sums fuse without padding_idx and round each product with it, as torch") {
   at::set_num_threads(1);
   constexpr float kMax = std::numeric_limits<float>::max();
   std::vector<float> table{-kMax, kMax, kMax, 5.0f};  // [4, 1]; row 3 is the padding row
@@ -397,7 +369,7 @@ TEST_CASE("oracle: weighted sums fuse like ATen's fast path; ATen's slow path ro
     for (int64_t b = 0; b < bags; ++b) {
       CAPTURE(b);
       const float fused = walk(b, padding, true), rounded = walk(b, padding, false);
-      CHECK(same(ours[size_t(b)], fused));
+      CHECK(same(ours[size_t(b)], padding ? rounded : fused));
       CHECK(same(aten[b][0].item<float>(), padding ? rounded : fused));
       if (padding) CHECK_FALSE(same(fused, rounded));  // every bag shows the difference
     }
