@@ -218,6 +218,7 @@ void draw_ex_options(Draw& d, Call& c) {
   }
   c.ex.offsets_as_lengths = d.chance(20) ? 1 : 0;
   c.ex.skip_index_outputs = d.chance(15) ? 1 : 0;
+  c.ex.aten_loop_arithmetic = d.chance(20) ? (d.chance(90) ? 1 : int32_t(d.raw32())) : 0;  // nonzero: any value
   if (d.chance(20)) {  // strided output rows: mostly just past the row, sometimes below it or absurd
     const uint64_t dim = uint64_t(c.args.dim);  // any int64: the sums below wrap instead of overflowing
     c.ex.output_row_stride = d.chance(90) ? int64_t(dim + uint64_t(d.in_range(0, 70))) : d.chance(50) ? int64_t(dim - 1)
@@ -327,7 +328,8 @@ std::string describe(const Call& c) {
          " psw dtype " + std::to_string(psw_t) + " mapping " + (c.ex.compressed_indices_mapping ? "" : "NULL ") +
          std::to_string(c.ex.mapping_len) + " " + shapejit::fuzz::list_text(std::vector<int64_t>(c.mapping.begin(), c.mapping.end())) +
          " offsets_as_lengths " + std::to_string(c.ex.offsets_as_lengths) + " skip_index_outputs " +
-         std::to_string(c.ex.skip_index_outputs) + " output_row_stride " + std::to_string(c.ex.output_row_stride);
+         std::to_string(c.ex.skip_index_outputs) + " output_row_stride " + std::to_string(c.ex.output_row_stride) +
+         " aten_loop_arithmetic " + std::to_string(c.ex.aten_loop_arithmetic);
   }
   if (!c.table.empty()) s += "\n  table[0] " + shapejit::fuzz::float_text(c.table[0]);
   return s;
@@ -361,6 +363,7 @@ shapejit_embedding_bag_ex_args effective_ex(const Call& c) {
   take(offsetof(shapejit_embedding_bag_ex_args, offsets_as_lengths), sizeof e.offsets_as_lengths);
   take(offsetof(shapejit_embedding_bag_ex_args, skip_index_outputs), sizeof e.skip_index_outputs);
   take(offsetof(shapejit_embedding_bag_ex_args, output_row_stride), sizeof e.output_row_stride);
+  take(offsetof(shapejit_embedding_bag_ex_args, aten_loop_arithmetic), sizeof e.aten_loop_arithmetic);
   return e;
 }
 

@@ -26,6 +26,9 @@ struct EmbagKey {
   Mode mode = Mode::kSum;
   bool weighted = false;   ///< per_sample_weights present (sum only)
   bool padding = false;    ///< padding_idx present
+  /// ATen's own loop's arithmetic without padding_idx (which implies it): set only where it
+  /// changes a result, for weighted f32 sums and bf16 tables (aten_loop_arithmetic in shapejit.h).
+  bool aten_loop = false;
   DType out = DType::kF32; ///< output dtype: kF32, kF16 or kBF16
   DType psw = DType::kF32; ///< per_sample_weights dtype (when weighted): kF32, kF16 or kBF16
   bool pruned = false;     ///< compressed_indices_mapping present: row = mapping[index], -1 skips
@@ -46,12 +49,16 @@ struct EmbagKey {
   /// (dim 0) keeps 0 and reads EmbagKernelArgs::output_row_stride.
   int64_t out_stride = 0;
 
-  /// Rule H6's FBGEMM path (ref::bf16_fbgemm_path): a bf16 table without padding_idx fuses
-  /// weighted terms and rounds its sums half up.
-  bool bf16_fbgemm_path() const { return ref::bf16_fbgemm_path(static_cast<int64_t>(table), padding); }
-  /// A weighted sum's term is one fma (ref::weighted_terms_fused: no padding_idx, or f16), not a
-  /// rounded product and an add.
-  bool weighted_terms_fused() const { return ref::weighted_terms_fused(static_cast<int64_t>(table), padding); }
+  /// The arithmetic of ATen's own loop (padding_idx, or aten_loop), not torch's FBGEMM path.
+  bool aten_loop_arithmetic() const { return padding || aten_loop; }
+  /// Rule H6's FBGEMM path (ref::bf16_fbgemm_path): a bf16 table there fuses weighted terms and
+  /// rounds its sums half up.
+  bool bf16_fbgemm_path() const { return ref::bf16_fbgemm_path(static_cast<int64_t>(table), aten_loop_arithmetic()); }
+  /// A weighted sum's term is one fma (ref::weighted_terms_fused: the FBGEMM path, or f16), not
+  /// a rounded product and an add.
+  bool weighted_terms_fused() const {
+    return ref::weighted_terms_fused(static_cast<int64_t>(table), aten_loop_arithmetic());
+  }
   /// The bf16 output is rounded half up (sums and maxima on H6's FBGEMM path), not to nearest even.
   bool bf16_out_half_up() const { return bf16_fbgemm_path() && mode != Mode::kMean; }
   /// dtype of offset2bag, bag_size and max_indices (int64 when index and offset types differ).

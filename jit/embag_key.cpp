@@ -1,10 +1,11 @@
 // EmbagKey's canonical name, its inverse and its hash: the one place the name format lives.
 //
-// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head][.noidx][.os<N>]
+// Format: embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.aten][.pruned][.out<dtype>][.pf<N>][.head][.noidx][.os<N>]
 // <table> is f32, f16, bf16, q8, q4 or q2. The generic kernel (dim 0) is `dgen`. Suffixes appear
 // only when they differ from the default, so every f32 key reads as before:
 //   .w        weighted with the table's natural weight dtype (its own for f32/f16/bf16, f32 for
 //             quantized tables); .w<psw> (e.g. .wf16) with another one;
+//   .aten     ATen's own loop's arithmetic without padding_idx (aten_loop);
 //   .pruned   a compressed_indices_mapping;
 //   .out<dt>  an output dtype other than the natural one (the table's, f32 for quantized);
 //   .pf<N>    a prefetch distance other than 16;
@@ -103,6 +104,7 @@ std::string EmbagKey::name() const {
     if (psw != default_value_dtype(table)) s += table_name(psw);
   }
   if (padding) s += ".pad";
+  if (aten_loop) s += ".aten";
   if (pruned) s += ".pruned";
   if (out != default_value_dtype(table)) {
     s += ".out";
@@ -117,7 +119,7 @@ std::string EmbagKey::name() const {
 
 std::optional<EmbagKey> parse_embag_key(std::string_view name) {
   const std::vector<std::string_view> p = split_dots(name);
-  if (p.size() < 7 || p.size() > 15 || p[0] != "embag") return std::nullopt;
+  if (p.size() < 7 || p.size() > 16 || p[0] != "embag") return std::nullopt;
   EmbagKey k;
   const auto isa = parse_isa(p[1]);
   if (!isa) return std::nullopt;
@@ -162,6 +164,7 @@ std::optional<EmbagKey> parse_embag_key(std::string_view name) {
     ++i;
   }
   if (i < p.size() && p[i] == "pad") k.padding = true, ++i;
+  if (i < p.size() && p[i] == "aten") k.aten_loop = true, ++i;
   if (i < p.size() && p[i] == "pruned") k.pruned = true, ++i;
   k.out = default_value_dtype(k.table);
   if (i < p.size() && p[i].substr(0, 3) == "out") {
@@ -195,7 +198,7 @@ size_t EmbagKeyHash::operator()(const EmbagKey& k) const noexcept {
                    uint64_t(k.weighted) << 10 | uint64_t(k.padding) << 11 |
                    uint64_t(k.index) << 12 | uint64_t(k.offset) << 16 |
                    uint64_t(k.out) << 20 | uint64_t(k.psw) << 24 | uint64_t(k.pruned) << 28 |
-                   uint64_t(k.prefetch_head) << 29 | uint64_t(k.index_outputs) << 30 |
+                   uint64_t(k.prefetch_head) << 29 | uint64_t(k.index_outputs) << 30 | uint64_t(k.aten_loop) << 31 |
                    uint64_t(uint32_t(k.prefetch)) << 32;
   uint64_t h = small * 0x9E3779B97F4A7C15ull ^ uint64_t(k.dim) * 0xC2B2AE3D27D4EB4Full ^
                uint64_t(k.out_stride) * 0x94D049BB133111EBull;

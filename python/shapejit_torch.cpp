@@ -32,10 +32,12 @@ int64_t row_stride_of(const at::Tensor& table) {
   return table.size(0) <= 1 || table.size(1) == 0 ? table.size(1) : table.stride(0);
 }
 
-// ATen (1.13 and 2.x) leaves offset2bag empty in sum mode only on its fast path: an f32, f16 or
-// bf16 table with unit column stride, no padding_idx, and per_sample_weights (if any) with unit
-// stride. Elsewhere it returns offset2bag[N], whose shape callers may rely on, so the op does too.
-bool aten_sum_fast_path(const at::Tensor& weight, const at::Tensor& psw, bool has_padding) {
+// ATen's (1.13 and 2.x) fast path: an f32, f16 or bf16 table with unit column stride, no
+// padding_idx, and per_sample_weights (if any) with unit stride. Elsewhere ATen runs its own
+// loop, whose arithmetic the op asks for (aten_loop_arithmetic: weighted f32 and bf16 products
+// rounded first, bf16 sums to nearest even), and in sum mode returns offset2bag[N] instead of an
+// empty one, whose shape callers may rely on, so the op does too.
+bool aten_fast_path(const at::Tensor& weight, const at::Tensor& psw, bool has_padding) {
   const at::ScalarType t = weight.scalar_type();
   const bool table = (t == at::kFloat || t == at::kHalf || t == at::kBFloat16) && weight.stride(1) == 1;
   return table && !has_padding && (!psw.defined() || psw.stride(0) == 1);
@@ -53,6 +55,7 @@ struct FloatTableCall {
   at::Tensor table;
   BagInputs in;
   shapejit_embedding_bag_ex_args ex;
+  bool aten_fast_path;  // ATen would take its fast path (else the call has ATen's loop's arithmetic)
 };
 
 FloatTableCall float_table_call(const char* op, const at::Tensor& weight, const at::Tensor& indices,
@@ -63,7 +66,7 @@ FloatTableCall float_table_call(const char* op, const at::Tensor& weight, const 
   TORCH_CHECK(mode >= SHAPEJIT_SUM && mode <= SHAPEJIT_MAX, op, ": mode must be 0 (sum), 1 (mean) or 2 (max), but got ",
               mode);
   FloatTableCall c{table_of(weight), bag_inputs(op, indices, offsets, per_sample_weights, include_last_offset,
-                                                    IndexDtypes::kPromotedLikeAten), {}};
+                                                    IndexDtypes::kPromotedLikeAten), {}, false};
   TORCH_CHECK(!c.in.psw.defined() || c.in.psw.scalar_type() == weight.scalar_type(), op,
               ": per_sample_weights must have the weight's dtype ", weight.scalar_type(), ", but got ",
               c.in.psw.scalar_type());
@@ -75,6 +78,8 @@ FloatTableCall float_table_call(const char* op, const at::Tensor& weight, const 
   a.row_stride = row_stride_of(c.table);
   fill_bag_args(a, c.in, mode, padding_idx, include_last_offset);
   shapejit_embedding_bag_ex_init(&c.ex, &a);
+  c.aten_fast_path = aten_fast_path(weight, c.in.psw_given, padding_idx.has_value());
+  c.ex.aten_loop_arithmetic = c.aten_fast_path ? 0 : 1;
   return c;
 }
 
@@ -88,8 +93,7 @@ BagResults embedding_bag(const at::Tensor& weight, const at::Tensor& indices, co
                                             per_sample_weights, include_last_offset, padding_idx);
   BagResults r = run_bag(c.ex, mode, "embedding_bag");
   const int64_t n = c.ex.call.num_indices;
-  if (mode == SHAPEJIT_SUM && std::get<1>(r).numel() == 0 && n > 0 &&
-      !aten_sum_fast_path(weight, c.in.psw_given, padding_idx.has_value()))
+  if (mode == SHAPEJIT_SUM && std::get<1>(r).numel() == 0 && n > 0 && !c.aten_fast_path)
     std::get<1>(r) = offset2bag_of(c.in.offsets, n, std::get<1>(r).scalar_type());
   return r;
 }
@@ -147,8 +151,7 @@ auto run_table_group(const char* op, at::TensorList weights, at::TensorList indi
       float_calls.push_back(float_table_call(what, weights[k], indices[k], offsets.get(k), modes[k],
                                              per_sample_weights.get(k), include_last_offset.get(k), padding_idx.get(k)));
       args.push_back(float_calls.back().ex);
-      if (modes[k] == SHAPEJIT_SUM &&
-          !aten_sum_fast_path(weights[k], float_calls.back().in.psw_given, padding_idx.get(k).has_value()))
+      if (modes[k] == SHAPEJIT_SUM && !float_calls.back().aten_fast_path)
         sum_offset2bag_offsets[k] = float_calls.back().in.offsets;
     } else {
       quantized_calls.push_back(quantized_call(what, weights[k], b, indices[k], offsets.get(k), modes[k],

@@ -182,7 +182,7 @@ float element_value(const Call& c, int64_t r, int64_t j) {
 void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   std::fill(res.begin(), res.end(), 0.0f);
   const bool weighted = c.a.per_sample_weights != nullptr;
-  const bool fused = weighted_terms_fused(c.table, c.a.has_padding_idx != 0);
+  const bool fused = weighted_terms_fused(c.table, aten_loop_arithmetic(c.ex));
   c.for_each_row(s.begin, s.end, [&](int64_t i, int64_t, int64_t r) {
     const unsigned char* row = c.row(r);
     const float w = weighted ? c.weight(i) : 1.0f;
@@ -214,7 +214,7 @@ void sum_quantized_table(const Call& c, const BagSpan& s, std::vector<float>& re
 void divide_by_count(const Call& c, int64_t count, std::vector<float>& res) {
   const float n = static_cast<float>(std::max<int64_t>(count, 1));
   const bool half_table = c.table == SHAPEJIT_F16 || c.table == SHAPEJIT_BF16;
-  const bool fbgemm = bf16_fbgemm_path(c.table, c.a.has_padding_idx != 0);
+  const bool fbgemm = bf16_fbgemm_path(c.table, aten_loop_arithmetic(c.ex));
   const float divisor = half_table ? round_to_output(c.table, n) : n;
   for (float& v : res) {
     const float sum = c.table == SHAPEJIT_BF16 ? round_bf16_sum(fbgemm, v) : half_table ? round_to_output(c.table, v) : v;
@@ -273,7 +273,7 @@ void embedding_bag(const shapejit_embedding_bag_ex_args& ex, void* output, void*
   std::vector<int64_t>& winner = scratch.winners;
   // H6: sums (and maxima, exact either way) of a bf16 table on the FBGEMM path round half up;
   // the mean's quotient, like every other result, to nearest even.
-  const bool half_up_store = bf16_fbgemm_path(c.table, a.has_padding_idx != 0) && a.mode != SHAPEJIT_MEAN;
+  const bool half_up_store = bf16_fbgemm_path(c.table, aten_loop_arithmetic(ex)) && a.mode != SHAPEJIT_MEAN;
 
   if (a.mode == SHAPEJIT_SUM) {  // bag_size and max_indices are zeros in sum mode
     for (int64_t k = 0; k < shapes.bag_size_len; ++k) store_int(bag_size, idx_t, k, 0);

@@ -26,6 +26,12 @@ shapejit_embedding_bag_shapes embedding_bag_shapes(const shapejit_embedding_bag_
 /// weight dtypes from the table's, f32 for quantized tables; nothing pruned; offsets as spans).
 shapejit_embedding_bag_ex_args embedding_bag_ex_defaults(const shapejit_embedding_bag_args& args);
 
+/// Whether a call follows the arithmetic of ATen's own loop (rule 2, H6): with padding_idx, or
+/// when the caller asks for it (aten_loop_arithmetic).
+inline bool aten_loop_arithmetic(const shapejit_embedding_bag_ex_args& ex) {
+  return ex.call.has_padding_idx != 0 || ex.aten_loop_arithmetic != 0;
+}
+
 /// Computes all four outputs of a call that runtime/validate accepted. Outputs are dense
 /// buffers of the shapes above (output of the table's dtype); a zero-length output may be null.
 void embedding_bag(const shapejit_embedding_bag_args& args, void* output, void* offset2bag,

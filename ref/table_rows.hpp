@@ -109,20 +109,20 @@ inline void store_float_output(void* out, int64_t out_dtype, int64_t i, float v,
   }
 }
 
-/// Rule H6: a bf16 table without padding_idx follows torch 2.x's FBGEMM path (weighted terms
-/// fused, sums rounded to bf16 by f32_to_bf16_half_up); with padding_idx, ATen's own loop
-/// (products rounded to f32, then added; sums rounded to nearest even). Every other table, and
-/// the mean's quotient, round to nearest even.
-inline bool bf16_fbgemm_path(int64_t table, bool has_padding_idx) { return table == SHAPEJIT_BF16 && !has_padding_idx; }
+// `aten_loop`: the call follows the arithmetic of ATen's own loop, which torch runs with
+// padding_idx and for a column-strided table or strided weights (ref::aten_loop_arithmetic),
+// instead of torch 2.x's FBGEMM path.
+
+/// Rule H6: a bf16 table on torch 2.x's FBGEMM path fuses weighted terms and rounds its sums to
+/// bf16 by f32_to_bf16_half_up; in ATen's own loop it rounds products to f32, then adds, and
+/// rounds sums to nearest even. Every other table, and the mean's quotient, round to nearest even.
+inline bool bf16_fbgemm_path(int64_t table, bool aten_loop) { return table == SHAPEJIT_BF16 && !aten_loop; }
 
 /// Whether a weighted sum over a float table fuses each term, acc = fmaf(w, x, acc), as torch
-/// 2.x's FBGEMM kernel does (calls without padding_idx), or rounds the product first,
-/// acc = f32(acc + f32(w * x)), as ATen's own loop does (calls with padding_idx, f32 and bf16
-/// tables: embedding-bag-semantics.md, "Weighted sums and ATen's two paths"). A product of two
-/// f16 values is exact in f32, so both forms agree there and f16 counts as fused.
-inline bool weighted_terms_fused(int64_t table, bool has_padding_idx) {
-  return !has_padding_idx || table == SHAPEJIT_F16;
-}
+/// 2.x's FBGEMM kernel does, or rounds the product first, acc = f32(acc + f32(w * x)), as ATen's
+/// own loop does (embedding-bag-semantics.md, "Weighted sums and ATen's two paths"). A product
+/// of two f16 values is exact in f32, so both forms agree there and f16 counts as fused.
+inline bool weighted_terms_fused(int64_t table, bool aten_loop) { return !aten_loop || table == SHAPEJIT_F16; }
 
 /// Rounds a bf16 table's sum to bf16 as rule H6 says (as f32 -> f32).
 inline float round_bf16_sum(bool fbgemm_path, float v) {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <bit>
+#include <cstddef>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -58,13 +59,14 @@ struct WeightedCase {
     return a;
   }
 
-  // Bag b, column d, in index order from +0.0, with one rounding per term or with two.
-  float sum(int64_t b, int64_t d, bool fused) const {
+  // Bag b, column d, in index order from +0.0, with one rounding per term or with two; row 3
+  // is skipped as padding unless `padding` is false.
+  float sum(int64_t b, int64_t d, bool fused, bool padding = true) const {
     const int64_t end = b + 1 < int64_t(offsets.size()) ? offsets[size_t(b + 1)] : int64_t(indices.size());
     float acc = 0.0f;
     for (int64_t i = offsets[size_t(b)]; i < end; ++i) {
       const int64_t row = indices[size_t(i)];
-      if (row == 3) continue;
+      if (padding && row == 3) continue;
       const float x = table[size_t(row * kDim + d)], w = weights[size_t(i)];
       if (fused) {
         acc = std::fmaf(w, x, acc);
@@ -85,13 +87,21 @@ std::vector<float> run_api(const shapejit_embedding_bag_args& a) {
   return out;
 }
 
-// Every column of every bag as the rounded-product walk gives it (NaN: any NaN).
-void check_rounded(const WeightedCase& c, const std::vector<float>& out) {
+std::vector<float> run_api_ex(const shapejit_embedding_bag_ex_args& e) {
+  std::vector<float> out(size_t(3 * kDim), -1.0f);
+  std::vector<int64_t> offset2bag(e.call.num_indices), bag_size(3), max_indices(3);
+  REQUIRE(shapejit_embedding_bag_ex(&e, out.data(), offset2bag.data(), bag_size.data(), max_indices.data()) ==
+          SHAPEJIT_OK);
+  return out;
+}
+
+// Every column of every bag as the walk gives it (NaN: any NaN).
+void check_walk(const WeightedCase& c, const std::vector<float>& out, bool fused, bool padding) {
   for (int64_t b = 0; b < 3; ++b)
     for (int64_t d = 0; d < kDim; ++d) {
       CAPTURE(b);
       CAPTURE(d);
-      const float want = c.sum(b, d, false), got = out[size_t(b * kDim + d)];
+      const float want = c.sum(b, d, fused, padding), got = out[size_t(b * kDim + d)];
       if (std::isnan(want)) CHECK(std::isnan(got));
       else CHECK(std::bit_cast<uint32_t>(got) == std::bit_cast<uint32_t>(want));
     }
@@ -117,11 +127,11 @@ TEST_CASE("weighted sum with padding_idx: two roundings per term, as ATen's loop
   std::vector<float> ref(size_t(3 * kDim));
   std::vector<int64_t> offset2bag(a.num_indices), bag_size(3), max_indices(3);
   shapejit::ref::embedding_bag(a, ref.data(), offset2bag.data(), bag_size.data(), max_indices.data());
-  check_rounded(c, ref);
-  check_rounded(c, run_api(a));  // the selected ISA's kernel
+  check_walk(c, ref, false, true);
+  check_walk(c, run_api(a), false, true);  // the selected ISA's kernel
   {
     const shapejit::rt::ScopedIsaOverride pin(shapejit::jit::Isa::kScalar);  // the generic kernel
-    check_rounded(c, run_api(a));
+    check_walk(c, run_api(a), false, true);
   }
   // Without padding_idx every term is one fma; the row that was padding now counts.
   shapejit_embedding_bag_args unpadded = a;
@@ -135,5 +145,31 @@ TEST_CASE("weighted sum with padding_idx: two roundings per term, as ATen's loop
     // Bag 2 names no padding row: the fused walk, finite in column 0 and 2^-11 + 2^-24 in column 1.
     CHECK(out[2 * kDim] == c.sum(2, 0, true));
     CHECK(out[2 * kDim + 1] == 0x1p-11f + 0x1p-24f);
+  }
+}
+
+// aten_loop_arithmetic asks for ATen's loop without padding_idx (torch runs it for a column-strided
+// table or strided weights): every row counts and every product is rounded first. A struct that
+// ends before the field keeps the fused terms.
+TEST_CASE("weighted sum, aten_loop_arithmetic without padding_idx: two roundings per term") {
+  const WeightedCase c;
+  shapejit_embedding_bag_args a = c.args();
+  a.has_padding_idx = 0;
+  shapejit_embedding_bag_ex_args e{};
+  shapejit_embedding_bag_ex_init(&e, &a);
+  e.aten_loop_arithmetic = 1;
+  std::vector<float> ref(size_t(3 * kDim));
+  std::vector<int64_t> offset2bag(a.num_indices), bag_size(3), max_indices(3);
+  shapejit::ref::embedding_bag(e, ref.data(), offset2bag.data(), bag_size.data(), max_indices.data());
+  check_walk(c, ref, false, false);
+  CHECK(std::isnan(ref[0]));  // bag 0 with row 3 counted: still the rounded walk's NaN
+  for (const bool generic : {false, true}) {
+    CAPTURE(generic);
+    std::optional<shapejit::rt::ScopedIsaOverride> pin;
+    if (generic) pin.emplace(shapejit::jit::Isa::kScalar);
+    check_walk(c, run_api_ex(e), false, false);
+    shapejit_embedding_bag_ex_args older = e;
+    older.struct_size = offsetof(shapejit_embedding_bag_ex_args, aten_loop_arithmetic);  // the field unread
+    check_walk(c, run_api_ex(older), true, false);
   }
 }

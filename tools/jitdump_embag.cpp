@@ -18,8 +18,8 @@ using jit::EmbagKey;
 using jit::Isa;
 
 constexpr const char* kKeyFormat =
-    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.pruned][.out<dtype>][.pf<N>][.head]"
-    "[.noidx], "
+    "embag.<isa>.<table>.d<D>.<mode>.i<32|64>.o<32|64>[.w[<psw>]][.pad][.aten][.pruned][.out<dtype>][.pf<N>]"
+    "[.head][.noidx], "
     "e.g. embag.avx512.f32.d128.sum.i64.o64 or embag.avx2.q4.d128.max.i32.o32.outbf16";
 
 /// The flags as CLI11 parsed them; turned into an EmbagKey by make_key().
@@ -35,6 +35,7 @@ struct EmbagFlags {
   std::string isa;  // empty: default_isa()
   bool weighted = false;
   bool padding = false;
+  bool aten_loop = false;
   bool pruned = false;
   int prefetch = 16;
   bool prefetch_head = false;
@@ -106,6 +107,11 @@ EmbagKey make_key(const EmbagFlags& f) {
   key.mode = mode_from(f.mode);
   key.weighted = f.weighted;
   key.padding = f.padding;
+  if (f.aten_loop && f.padding)
+    throw UsageError("--aten-loop: padding_idx (--padding) implies ATen's loop; give one of them");
+  if (f.aten_loop && key.table != DType::kBF16 && !(key.table == DType::kF32 && key.weighted))
+    throw UsageError("--aten-loop: ATen's loop changes only weighted f32 sums and bf16 tables");
+  key.aten_loop = f.aten_loop;
   key.index = int_from(f.index);
   key.offset = int_from(f.offset);
   key.prefetch = f.prefetch;
@@ -166,6 +172,9 @@ Command add_embedding_bag_command(CLI::App& parent) {
                                 "per_sample_weights present: rows are scaled before summing (sum mode only)"));
   shape.push_back(app->add_flag("--padding,-p", flags->padding,
                                 "padding_idx present: the kernel skips rows equal to it, as ATen does"));
+  shape.push_back(app->add_flag("--aten-loop", flags->aten_loop,
+                                "ATen's own loop's arithmetic without padding_idx (aten_loop_arithmetic): weighted "
+                                "products rounded first; bf16 sums to nearest even"));
   shape.push_back(app->add_option("--isa", flags->isa, isa_help())->check(isa_choice()));
   shape.push_back(app->add_option("--prefetch", flags->prefetch,
                                   "Software prefetch distance in indices; 0 turns prefetching off (default 16)")

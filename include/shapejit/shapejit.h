@@ -122,6 +122,12 @@ typedef struct {
    * Writing calls into column slices of one [B, sum of D] buffer concatenates their outputs
    * (torch.cat(..., dim=1) without the copy); see docs/embedding-bag-semantics.md. */
   int64_t output_row_stride;
+  /* Nonzero: the arithmetic of ATen's own embedding-bag loop, which torch runs with padding_idx
+   * (which implies this) and also for a column-strided table or strided per_sample_weights:
+   * f32 and bf16 tables round each weighted product to f32 before adding it, and bf16 tables
+   * round their sums to nearest even (docs/embedding-bag-semantics.md, rule 2; H6). 0: the
+   * arithmetic of torch's FBGEMM path. Other tables: no effect. */
+  int32_t aten_loop_arithmetic;
 } shapejit_embedding_bag_ex_args;
 
 /* The defaults that make an ex call equal to shapejit_embedding_bag(call): struct_size set,

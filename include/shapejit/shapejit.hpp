@@ -91,6 +91,9 @@ struct SHAPEJIT_API EmbeddingBagCall {
   /// Elements between output rows; 0: dense. Nonzero: >= dim, and only the rows' dim columns
   /// are written (calls writing column slices of one buffer concatenate; see shapejit.h).
   int64_t output_row_stride = 0;
+  /// ATen's own loop's arithmetic, as with padding_idx, without padding_idx (torch runs that
+  /// loop for a column-strided table or strided weights; see shapejit.h).
+  bool aten_loop_arithmetic = false;
 
   /// The C ABI form of this call (the ex fields ignored).
   shapejit_embedding_bag_args to_c() const;

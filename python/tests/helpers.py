@@ -72,22 +72,3 @@ def heads(y, nb, seq_len, h, batch_first):
     """[rows, H*Dh] with seq-first (row = l*Nb + n) or batch-first rows -> [Nb, H, L, Dh]."""
     y = y.reshape(nb, seq_len, h, -1) if batch_first else y.reshape(seq_len, nb, h, -1).transpose(0, 1)
     return y.permute(0, 2, 1, 3).contiguous()
-
-
-def weighted_sum_tolerance(weight, indices, offsets, psw, padding_idx, include_last_offset):
-    """ATen's own loop rounds each weighted product before adding; on a column-strided table or
-    strided weights without padding_idx torch runs it where shapejit fuses (fma): they agree
-    within the roundings of both, 2^-24 (|w x| + 2 |partial sum|) per term."""
-    n = indices.numel()
-    pad = None if padding_idx is None else padding_idx % weight.shape[0]
-    bags = len(offsets) - (1 if include_last_offset else 0)
-    tol = torch.zeros(bags, weight.shape[1], dtype=torch.float64)
-    for b in range(bags):
-        end = int(offsets[b + 1]) if b + 1 < len(offsets) else n
-        rows = [i for i in range(int(offsets[b]), end) if int(indices[i]) != pad]
-        if not rows:
-            continue
-        terms = psw[rows].double()[:, None] * weight[indices[rows].long()].double()
-        # Each product and each partial sum rounds once in ATen, each partial sum once in ours.
-        tol[b] = 2.0 ** -24 * (terms.abs().sum(0) + 2.0 * terms.cumsum(0).abs().sum(0))
-    return tol

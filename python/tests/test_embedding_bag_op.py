@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from helpers import assert_same_tensor, replay, weighted_sum_tolerance
+from helpers import assert_same_tensor, replay
 
 NAMES = ("output", "offset2bag", "bag_size", "max_indices")
 MODES = {0: "sum", 1: "mean", 2: "max"}
@@ -72,15 +72,11 @@ def check_case(sj, case):
     args = (weight, indices, offsets, False, case.mode, False, psw, case.include_last_offset, case.padding_idx)
     expected = torch.embedding_bag(*args)
     actual = sj.embedding_bag(*args)
-    tolerance = None
-    # torch also takes ATen's loop, which rounds each product, for a column-strided table or
-    # strided weights; shapejit reads dense copies and, without padding_idx, fuses.
-    strided_slow_path = case.padding_idx is None and (case.layout == "col_stride" or case.psw_strided)
-    if case.weighted and strided_slow_path:
-        tolerance = weighted_sum_tolerance(weight, indices, offsets, psw, case.padding_idx,
-                                           case.include_last_offset)
+    # Bit for bit, weighted sums included: with padding_idx, a column-strided table or strided
+    # weights torch runs ATen's own loop (each product rounded first), and the op asks the
+    # engine for that loop's arithmetic (aten_loop_arithmetic).
     for name, a, e in zip(NAMES, actual, expected):
-        assert_same_tensor(a, e, "{}: {}".format(case, name), tolerance if name == "output" else None)
+        assert_same_tensor(a, e, "{}: {}".format(case, name))
     # The output-only op (shapejit.EmbeddingBag's forward) computes the same output.
     output_only = torch.ops.shapejit.embedding_bag_output(weight, indices, offsets, case.mode, psw,
                                                           case.include_last_offset, case.padding_idx)

@@ -2,11 +2,10 @@
 torch.ops.shapejit.embedding_bag against torch.embedding_bag on the same table, all four results
 bit for bit.
 
-bf16 (rule H6) follows torch 2.x's two paths as shapejit's key tells them apart: without
-padding_idx FBGEMM's (fused weighted terms, sums rounded half up), with it ATen's loop. torch
-also takes its loop for a column-strided table or strided per_sample_weights, which shapejit
-reads as dense values (the "Differences from torch 1.13" section): for those cases the output
-is compared with torch on dense copies, the index outputs with torch on the tensors given."""
+bf16 (rule H6) follows torch 2.x's two paths: FBGEMM's (fused weighted terms, sums rounded half
+up) and ATen's own loop, which torch takes with padding_idx and also for a column-strided table or
+strided per_sample_weights; the op asks the engine for that loop's arithmetic in all those cases
+(aten_loop_arithmetic), so every case is compared with torch on the tensors given."""
 import pytest
 import torch
 
@@ -100,38 +99,14 @@ def shapejit_call(sj, case, weight, indices, offsets, psw):
                                     case.include_last_offset, case.padding_idx)
 
 
-def dense(t):
-    """A copy with the standard strides (t.contiguous() keeps a size-1 dimension's stride, and
-    torch's path choice reads the column stride literally: a [n, 1] table with strides (1, n)
-    takes its loop)."""
-    return None if t is None else torch.empty(t.shape, dtype=t.dtype).copy_(t)
-
-
-def torch_bf16(case, weight, indices, offsets, psw):
-    """torch.embedding_bag on the bf16 table; where only the layout sends torch down its loop
-    (no padding_idx, but a column-strided table or strided weights), the output is torch's on
-    dense copies, which is what rule H6 gives for any layout."""
-    results = torch.embedding_bag(weight, indices, offsets, False, case.mode, False, psw,
-                                  case.include_last_offset, case.padding_idx)
-    layout_only = case.padding_idx is None and (weight.stride(1) != 1 or (psw is not None and psw.stride(0) != 1))
-    if not layout_only or case.mode == 2:  # max compares stored values: no path difference
-        return results
-    output = torch.embedding_bag(dense(weight), indices, offsets, False, case.mode, False, dense(psw),
-                                 case.include_last_offset, case.padding_idx)[0]
-    return (output,) + tuple(results[1:])
-
-
 def check_family(sj, dtype):
     family = "embedding_bag_" + ("f16" if dtype == torch.float16 else "bf16")
 
     def make_case(g, case_seed):
         case = Case(g, dtype)
         weight, indices, offsets, psw = case.tensors()
-        if dtype == torch.float16:
-            expected = Outcome(lambda: torch.embedding_bag(weight, indices, offsets, False, case.mode, False, psw,
-                                                           case.include_last_offset, case.padding_idx))
-        else:
-            expected = Outcome(lambda: torch_bf16(case, weight, indices, offsets, psw))
+        expected = Outcome(lambda: torch.embedding_bag(weight, indices, offsets, False, case.mode, False, psw,
+                                                       case.include_last_offset, case.padding_idx))
         actual = Outcome(shapejit_call(sj, case, weight, indices, offsets, psw))
         text = "{}\n  indices={}\n  psw={}".format(case, describe(indices), describe(psw))
         compare(family, case_seed, text, actual, expected, NAMES)

@@ -90,6 +90,7 @@ shapejit_embedding_bag_ex_args EmbeddingBagCall::to_c_ex() const {
   e.offsets_as_lengths = offsets_as_lengths;
   e.skip_index_outputs = skip_index_outputs;
   e.output_row_stride = output_row_stride;
+  e.aten_loop_arithmetic = aten_loop_arithmetic;
   return e;
 }
 

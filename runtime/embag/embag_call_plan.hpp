@@ -47,6 +47,7 @@ struct EmbagCallPlan {
   bool weighted = false;          ///< per_sample_weights present (sum mode only)
   bool padding = false;           ///< padding_idx present
   int64_t padding_index = -1;     ///< the index as given that pads, wrapped to >= 0 (-1: none)
+  bool aten_loop = false;         ///< ATen's own loop's arithmetic (ref::aten_loop_arithmetic)
   bool pruned = false;            ///< compressed_indices_mapping present
   const int32_t* mapping = nullptr;  ///< index -> row (-1 skips); mapping_len entries
   int64_t mapping_len = 0;

@@ -1,7 +1,8 @@
 // The generic embedding-bag kernel. Every float operation is the reference's, in the
 // reference's order, for every table dtype:
 //   f32:      sums from +0.0f in index order, weighted sums with std::fma, mean divides once;
-//   f16/bf16: the same in f32 with w * x then one add (bf16 without padding_idx: std::fma and
+//            (w * x rounded, then one add, in ATen's loop: ref::weighted_terms_fused);
+//   f16/bf16: the same in f32 with w * x then one add (bf16 on the FBGEMM path: std::fma and
 //             sums rounded half up, rule H6); mean rounds the sum and the count to the table
 //             dtype, then divides; the output is rounded once;
 //   Q8/Q4/Q2: per position s = w * scale, b = w * bias; per column acc = fmaf(s, q, acc + b)
@@ -44,7 +45,10 @@ struct Flags {
   bool weighted = false, padding = false, pruned = false;
   int64_t out = SHAPEJIT_F32;  // output dtype
   int64_t psw = SHAPEJIT_F32;  // per-sample-weight dtype
+  bool aten_loop = false;      // ATen's own loop's arithmetic (padding, or the key's aten_loop)
 };
+constexpr Flags with_out(Flags f, int64_t out) { return f.out = out, f; }
+constexpr Flags with_psw(Flags f, int64_t psw) { return f.psw = psw, f; }
 
 // Problem-wide constants of one kernel call, decoded once.
 template <class Index, class Offset>
@@ -136,7 +140,7 @@ void sum_block(const P& p, int64_t begin, int64_t end, int64_t c0, int64_t n, fl
       constexpr int kBits = kTable == SHAPEJIT_Q8 ? 8 : kTable == SHAPEJIT_Q4 ? 4 : 2;
       sum_quantized_row<kBits>(acc, p.row(r), p.dim, c0, n, p.weight(i));
     } else {
-      sum_float_row<kTable>(acc, p.row(r), c0, n, p.flags.weighted, ref::weighted_terms_fused(kTable, p.flags.padding),
+      sum_float_row<kTable>(acc, p.row(r), c0, n, p.flags.weighted, ref::weighted_terms_fused(kTable, p.flags.aten_loop),
                             p.weight(i));
     }
   });
@@ -145,11 +149,11 @@ void sum_block(const P& p, int64_t begin, int64_t end, int64_t c0, int64_t n, fl
 // Mean: f32 and quantized results divide once by max(count, 1); f16/bf16 round the sum (bf16 by
 // rule H6) and the count to the table dtype first (the store rounds the quotient).
 template <int64_t kTable>
-void divide_block(float* acc, int64_t n, int64_t count, bool padding) {
+void divide_block(float* acc, int64_t n, int64_t count, bool aten_loop) {
   const float c = static_cast<float>(count > 1 ? count : 1);
   if constexpr (kTable == SHAPEJIT_BF16) {
     const float divisor = ref::round_to_output(kTable, c);
-    const bool fbgemm = ref::bf16_fbgemm_path(kTable, padding);
+    const bool fbgemm = ref::bf16_fbgemm_path(kTable, aten_loop);
     for (int64_t d = 0; d < n; ++d) acc[d] = ref::round_bf16_sum(fbgemm, acc[d]) / divisor;
   } else if constexpr (kTable == SHAPEJIT_F16) {
     const float divisor = ref::round_to_output(kTable, c);
@@ -218,8 +222,8 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
   // Without index outputs (key.index_outputs false) the runtime passes them as null.
   const bool index_outputs = bag_size != nullptr;
   const int64_t out_stride = args.output_row_stride != 0 ? args.output_row_stride : p.dim;  // 0: dense rows
-  // H6: sums and maxima of a bf16 table without padding_idx round half up, the mean's quotient not.
-  const bool half_up = ref::bf16_fbgemm_path(kTable, flags.padding) && kMode != Mode::kMean;
+  // H6: sums and maxima of a bf16 table on the FBGEMM path round half up, the mean's quotient not.
+  const bool half_up = ref::bf16_fbgemm_path(kTable, flags.aten_loop) && kMode != Mode::kMean;
   float acc[kBlock];
   Out unused_ids[kMode == Mode::kMax ? kBlock : 1];  // max's winners when nobody wants them
   for (int64_t b = args.bag_begin; b < args.bag_end; ++b) {
@@ -232,7 +236,7 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
         max_block<kTable>(p, begin, end, c0, n, acc, index_outputs ? max_indices + b * p.dim + c0 : unused_ids);
       } else {
         sum_block<kTable>(p, begin, end, c0, n, acc);
-        if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count, flags.padding);
+        if constexpr (kMode == Mode::kMean) divide_block<kTable>(acc, n, count, flags.aten_loop);
       }
       store_block(args.output, flags.out, b * out_stride + c0, acc, n, half_up);
     }
@@ -259,40 +263,37 @@ template <class Index, class Offset, int64_t kTable, Mode kMode, Flags kFlags>
 jit::EmbagKernelFn pick_psw(const jit::EmbagKey& k) {
   constexpr int64_t kOwn = kFlags.weighted && !is_quantized(kTable) ? kTable : int64_t{SHAPEJIT_F32};
   if constexpr (kOwn != SHAPEJIT_F32) {
-    if (k.psw == DType::kF32) {
-      constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out, SHAPEJIT_F32};
-      return &entry<Index, Offset, kTable, kMode, f>;
-    }
+    if (k.psw == DType::kF32) return &entry<Index, Offset, kTable, kMode, with_psw(kFlags, SHAPEJIT_F32)>;
   }
   if constexpr (kFlags.weighted && (kTable == SHAPEJIT_Q4 || kTable == SHAPEJIT_Q2)) {
-    if (k.psw == DType::kF16) {
-      constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out, SHAPEJIT_F16};
-      return &entry<Index, Offset, kTable, kMode, f>;
-    }
+    if (k.psw == DType::kF16) return &entry<Index, Offset, kTable, kMode, with_psw(kFlags, SHAPEJIT_F16)>;
   }
-  constexpr Flags f{kFlags.weighted, kFlags.padding, kFlags.pruned, kFlags.out, kOwn};
-  return &entry<Index, Offset, kTable, kMode, f>;
+  return &entry<Index, Offset, kTable, kMode, with_psw(kFlags, kOwn)>;
 }
 
 template <class Index, class Offset, int64_t kTable, Mode kMode, Flags kFlags>
 jit::EmbagKernelFn pick_out(const jit::EmbagKey& k) {
   if constexpr (is_quantized(kTable)) {
-    if (k.out == DType::kF16)
-      return pick_psw<Index, Offset, kTable, kMode, Flags{kFlags.weighted, kFlags.padding, kFlags.pruned, SHAPEJIT_F16}>(k);
-    if (k.out == DType::kBF16)
-      return pick_psw<Index, Offset, kTable, kMode, Flags{kFlags.weighted, kFlags.padding, kFlags.pruned, SHAPEJIT_BF16}>(k);
-    return pick_psw<Index, Offset, kTable, kMode, Flags{kFlags.weighted, kFlags.padding, kFlags.pruned, SHAPEJIT_F32}>(k);
+    if (k.out == DType::kF16) return pick_psw<Index, Offset, kTable, kMode, with_out(kFlags, SHAPEJIT_F16)>(k);
+    if (k.out == DType::kBF16) return pick_psw<Index, Offset, kTable, kMode, with_out(kFlags, SHAPEJIT_BF16)>(k);
+    return pick_psw<Index, Offset, kTable, kMode, with_out(kFlags, SHAPEJIT_F32)>(k);
   } else {
-    return pick_psw<Index, Offset, kTable, kMode, Flags{kFlags.weighted, kFlags.padding, false, kTable}>(k);
+    return pick_psw<Index, Offset, kTable, kMode, with_out(kFlags, kTable)>(k);
   }
 }
 
 template <class Index, class Offset, int64_t kTable, Mode kMode>
 jit::EmbagKernelFn pick_flags(const jit::EmbagKey& k) {
+  // The arithmetic of ATen's own loop differs only for weighted f32 sums and bf16 tables.
+  auto with_aten_loop = [&]<bool kWeighted, bool kPadding, bool kPruned>() {
+    constexpr bool kDiffers = kTable == SHAPEJIT_BF16 || (kTable == SHAPEJIT_F32 && kWeighted);
+    if constexpr (kDiffers && !kPadding)
+      if (k.aten_loop) return pick_out<Index, Offset, kTable, kMode, Flags{kWeighted, kPadding, kPruned, SHAPEJIT_F32, SHAPEJIT_F32, true}>(k);
+    return pick_out<Index, Offset, kTable, kMode, Flags{kWeighted, kPadding, kPruned, SHAPEJIT_F32, SHAPEJIT_F32, kPadding}>(k);
+  };
   auto with_pruned = [&]<bool kWeighted, bool kPadding>() {
-    if (is_quantized(kTable) && k.pruned)
-      return pick_out<Index, Offset, kTable, kMode, Flags{kWeighted, kPadding, true}>(k);
-    return pick_out<Index, Offset, kTable, kMode, Flags{kWeighted, kPadding, false}>(k);
+    if (is_quantized(kTable) && k.pruned) return with_aten_loop.template operator()<kWeighted, kPadding, true>();
+    return with_aten_loop.template operator()<kWeighted, kPadding, false>();
   };
   auto with_padding = [&]<bool kWeighted>() {
     return k.padding ? with_pruned.template operator()<kWeighted, true>()

@@ -81,7 +81,7 @@ constexpr size_t kRememberedForms = 4;
 // stores stalled on store forwarding (38 % of this function's time, 1 bag x 1 index, Intel host).
 // Enum fields compare as the ints the caller stored (c_enum.hpp).
 bool same_form(const shapejit_embedding_bag_ex_args& a, const shapejit_embedding_bag_ex_args& b) {
-  static_assert(sizeof(shapejit_embedding_bag_ex_args) == 168 && sizeof(shapejit_embedding_bag_args) == 120,
+  static_assert(sizeof(shapejit_embedding_bag_ex_args) == 176 && sizeof(shapejit_embedding_bag_args) == 120,
                 "a field was added to the args: compare it here");
   const shapejit_embedding_bag_args &x = a.call, &y = b.call;
   return a.struct_size == b.struct_size && x.weight == y.weight &&
@@ -96,7 +96,7 @@ bool same_form(const shapejit_embedding_bag_ex_args& a, const shapejit_embedding
          c_enum_value(a.per_sample_weights_dtype) == c_enum_value(b.per_sample_weights_dtype) &&
          a.compressed_indices_mapping == b.compressed_indices_mapping && a.mapping_len == b.mapping_len &&
          a.offsets_as_lengths == b.offsets_as_lengths && a.skip_index_outputs == b.skip_index_outputs &&
-         a.output_row_stride == b.output_row_stride;
+         a.output_row_stride == b.output_row_stride && a.aten_loop_arithmetic == b.aten_loop_arithmetic;
 }
 
 struct RememberedForm {

@@ -225,6 +225,7 @@ void check_options(EmbagCallPlan& p) {
     });
   p.padding = a.has_padding_idx != 0;
   p.padding_index = p.padding ? (a.padding_idx < 0 ? a.padding_idx + space : a.padding_idx) : -1;
+  p.aten_loop = ref::aten_loop_arithmetic(p.args);
 }
 
 // An index is valid iff 0 <= idx < limit, i.e. iff both idx and limit - 1 - idx are >= 0: the
@@ -463,6 +464,7 @@ shapejit_embedding_bag_ex_args complete_ex_args(const shapejit_embedding_bag_ex_
   SHAPEJIT_TAKE_FIELD(offsets_as_lengths);
   SHAPEJIT_TAKE_FIELD(skip_index_outputs);
   SHAPEJIT_TAKE_FIELD(output_row_stride);
+  SHAPEJIT_TAKE_FIELD(aten_loop_arithmetic);
 #undef SHAPEJIT_TAKE_FIELD
   e.struct_size = sizeof e;
   return e;

@@ -391,6 +391,7 @@ shapejit_embedding_bag_ex_args EmbagCase::to_ex_args(const void* table) const {
   e.offsets_as_lengths = offsets_as_lengths;
   e.skip_index_outputs = skip_index_outputs;
   e.output_row_stride = output_row_stride;
+  e.aten_loop_arithmetic = aten_loop_arithmetic;
   return e;
 }
 
@@ -464,6 +465,7 @@ EmbagCase make_embag_case(uint64_t seed, int64_t number, const EmbagCaseOptions&
   }
 
   if (options.extended) c.skip_index_outputs = chance(ext, 0.25);
+  if (options.extended) c.aten_loop_arithmetic = chance(ext, 0.25);  // last draw: earlier cases unchanged
 
   for (int64_t v : c.indices) c.indices_i32.push_back(static_cast<int32_t>(v));
   for (int64_t v : c.offsets) c.offsets_i32.push_back(static_cast<int32_t>(v));
@@ -567,6 +569,7 @@ std::string EmbagCase::summary() const {
   if (offsets_as_lengths) os << " offsets_as_lengths";
   if (skip_index_outputs) os << " skip_index_outputs";
   if (output_row_stride != 0) os << " output_row_stride " << output_row_stride;
+  if (aten_loop_arithmetic) os << " aten_loop_arithmetic";
   return os.str();
 }
 

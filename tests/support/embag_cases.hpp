@@ -57,6 +57,7 @@ struct EmbagCase {
   bool offsets_as_lengths = false;
   bool skip_index_outputs = false;  ///< only the output (extended cases; ex args only)
   int64_t output_row_stride = 0;    ///< elements between output rows, 0: dense (ex args only)
+  bool aten_loop_arithmetic = false;  ///< ATen's own loop's arithmetic (extended cases; ex args only)
   shapejit_mode mode = SHAPEJIT_SUM;
   std::optional<int64_t> padding_idx;  ///< as passed: may be negative (wraps by num_rows)
   bool include_last_offset = false;

@@ -158,6 +158,7 @@ struct Problem {
       e.compressed_indices_mapping = mapping.data();
       e.mapping_len = int64_t(mapping.size());
     }
+    e.aten_loop_arithmetic = key.aten_loop;
     return e;
   }
   DType default_psw() const { return jit::default_value_dtype(key.table); }
@@ -372,10 +373,12 @@ Result run(const Options& o) {
       last_dim = dim;
       for (const Variant& v : variants(table)) {
         for (DType out : outputs(table)) {
-          for (int padding = 0; padding < 2; ++padding) {
+          // padding 2: no padding_idx, ATen's loop's arithmetic asked for (bf16: H6's other path).
+          for (int padding = 0; padding < 3; ++padding) {
             for (int pruned = 0; pruned < 2; ++pruned) {
               // f32 tables are the other tests' subject: here only their pruned keys.
               if (table == DType::kF32 ? !pruned : pruned && !jit::is_quantized_table(table)) continue;
+              if (padding == 2 && table != DType::kBF16) continue;
               const int64_t number = item++;
               if (!o.mine(number)) continue;
               Problem p;
@@ -387,7 +390,8 @@ Result run(const Options& o) {
               k.weighted = v.weighted;
               k.psw = v.weighted ? v.psw : DType::kF32;
               k.out = out;
-              k.padding = padding != 0;
+              k.padding = padding == 1;
+              k.aten_loop = padding == 2;
               k.pruned = pruned != 0;
               const int types = int((number / 3) % 4);
               k.index = types & 1 ? DType::kI32 : DType::kI64;
