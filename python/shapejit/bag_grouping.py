@@ -67,8 +67,8 @@ def _groupable(module: torch.nn.Module) -> Optional[str]:
         return "not a shapejit bag"
     if module._forward_hooks or module._forward_pre_hooks:
         return "it has forward hooks"
-    if type(module) is EmbeddingBag and module._mode < 0:
-        return "a setting the group refuses"  # its own call raises the setting's error
+    if type(module) is EmbeddingBag and (module._mode < 0 or module.max_norm is not None):
+        return "a setting the group refuses"  # its own call raises the setting's error, or renormalises
     return None
 
 

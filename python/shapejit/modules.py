@@ -34,7 +34,8 @@ class EmbeddingBag(torch.nn.EmbeddingBag):
     forward is torch.ops.shapejit.embedding_bag_output, or, when a gradient is needed (the weight
     or per_sample_weights require grad), torch.ops.shapejit.embedding_bag, whose backward is
     torch's own (shapejit/autograd.py): gradients, dense or sparse, are bitwise torch's.
-    max_norm (which renormalises the weight during forward) is not supported. The weight may be
+    max_norm renormalises the rows an input names in place before the lookup, as
+    torch.nn.functional.embedding_bag does (torch.embedding_renorm_). The weight may be
     float32, float16 or bfloat16 (per_sample_weights then of the same dtype); a bf16 table
     computes in f32 and rounds once (the f16 rules of torch 1.13, which has no bf16 bags)."""
 
@@ -76,6 +77,9 @@ class EmbeddingBag(torch.nn.EmbeddingBag):
             weight = self.weight
         else:  # Module.__getattr__ is the slowest step of an eager call; TorchScript drops this branch
             weight = self._parameters["weight"]
+        max_norm = self.max_norm
+        if max_norm is not None:  # after the argument rules, where torch.nn.functional.embedding_bag has it
+            _renormalise_rows(weight, input, max_norm, self.norm_type)
         if torch.is_grad_enabled() and (weight.requires_grad or (per_sample_weights is not None
                                                                  and per_sample_weights.requires_grad)):
             return _EMBEDDING_BAG(weight, input, offsets, self.scale_grad_by_freq, mode, self.sparse,
@@ -88,14 +92,18 @@ class EmbeddingBag(torch.nn.EmbeddingBag):
 
     def _check_settings(self) -> None:
         """Raises the error for the setting that makes self._mode -1."""
-        _check_settings(self.mode, self.max_norm, self.scale_grad_by_freq, self.sparse, "shapejit.EmbeddingBag")
+        _check_settings(self.mode, self.scale_grad_by_freq, self.sparse, "shapejit.EmbeddingBag")
 
 
-def _check_settings(mode: str, max_norm: Optional[float], scale_grad_by_freq: bool, sparse: bool, who: str) -> None:
+def _renormalise_rows(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> None:
+    """torch.nn.functional.embedding_bag's max_norm step: every row the input names whose
+    norm_type-norm exceeds max_norm is scaled in place to that norm, outside autograd (torch's
+    own op on the flattened input, so the rows are torch's bit for bit)."""
+    torch.embedding_renorm_(weight.detach(), input.reshape(-1), max_norm, norm_type)
+
+
+def _check_settings(mode: str, scale_grad_by_freq: bool, sparse: bool, who: str) -> None:
     """Raises the error for the setting that makes _bag_mode -1, `who` naming the bag."""
-    if max_norm is not None:
-        raise NotImplementedError("{}: max_norm must be None (renormalising rows during forward is not supported), "
-                                  "but is {}".format(who, max_norm))
     if mode != "sum" and mode != "mean" and mode != "max":
         raise ValueError("{}: mode must be 'sum', 'mean' or 'max', but is '{}'".format(who, mode))
     if scale_grad_by_freq:
@@ -104,19 +112,17 @@ def _check_settings(mode: str, max_norm: Optional[float], scale_grad_by_freq: bo
 
 
 # The settings the mode number depends on; -1 when one of them is refused.
-_SETTINGS = frozenset(("mode", "max_norm", "scale_grad_by_freq", "sparse"))
+_SETTINGS = frozenset(("mode", "scale_grad_by_freq", "sparse"))
 
 
 def _mode_number(settings) -> int:
-    return _bag_mode(settings.get("mode"), settings.get("max_norm"), bool(settings.get("scale_grad_by_freq")),
+    return _bag_mode(settings.get("mode"), bool(settings.get("scale_grad_by_freq")),
                      bool(settings.get("sparse")))
 
 
-def _bag_mode(mode: str, max_norm: Optional[float], scale_grad_by_freq: bool, sparse: bool) -> int:
+def _bag_mode(mode: str, scale_grad_by_freq: bool, sparse: bool) -> int:
     """The engine's mode number of a bag's settings, or -1 when one of them is refused."""
     number = 0 if mode == "sum" else 1 if mode == "mean" else 2 if mode == "max" else -1  # TorchScript: no dicts
-    if max_norm is not None:
-        return -1
     if number == 2 and (scale_grad_by_freq or sparse):
         return -1
     return number
@@ -301,9 +307,13 @@ class EmbeddingBagGroup(torch.nn.Module):
         j = 0
         for bag in self.bags:
             k = self._float_at[j]
-            mode = _bag_mode(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse)
+            mode = _bag_mode(bag.mode, bag.scale_grad_by_freq, bag.sparse)
             if mode < 0:
-                _check_settings(bag.mode, bag.max_norm, bag.scale_grad_by_freq, bag.sparse, self._names[k])
+                _check_settings(bag.mode, bag.scale_grad_by_freq, bag.sparse, self._names[k])
+            if bag.max_norm is not None:
+                raise NotImplementedError(
+                    "{}: max_norm must be None in a group, but is {} (a bag renormalises the rows it reads before "
+                    "its lookup; call such a bag on its own)".format(self._names[k], bag.max_norm))
             _check_arguments(inputs[k], offs[k], psw[k], bag.mode, self._names[k])
             if maps[k] is not None:
                 raise ValueError("{}: a float table takes no compressed_indices_mapping".format(self._names[k]))

@@ -76,8 +76,6 @@ def _refusal(module: torch.nn.Module) -> Optional[str]:
         return "it has forward hooks, which the swap would drop"
     if type(module) is torch.nn.EmbeddingBag:
         w = module.weight
-        if module.max_norm is not None:
-            return "max_norm={} (renormalising rows during forward is not supported)".format(module.max_norm)
         if w.device.type != "cpu":
             return "its weight is on {}, shapejit runs on the CPU".format(w.device)
         if w.dtype not in _FLOAT_TABLES:

@@ -134,10 +134,43 @@ def test_gradient_reaches_the_weight_without_warnings(sj):
             assert not ours(torch.tensor([[1, 2]])).requires_grad
 
 
-def test_max_norm_is_refused(sj):
-    ours = sj.EmbeddingBag(10, 3, max_norm=1.0)
-    with pytest.raises(NotImplementedError, match="max_norm"):
-        ours(torch.tensor([[1, 2]]))
+@pytest.mark.parametrize("norm_type", [1.0, 2.0, 3.5])
+def test_max_norm_renormalises_rows_as_torch(sj, seed, norm_type):
+    """max_norm scales the rows a call names in place before the lookup, as torch does: after
+    every call the weights and the outputs (and, training, the gradients) are torch's bit for bit."""
+    gen = torch.Generator().manual_seed(seed)
+    g = random.Random(seed)
+    for mode in ("sum", "mean", "max"):
+        weight = torch.randn(30, 7, generator=gen) * 3
+        kwargs = dict(mode=mode, max_norm=1.5, norm_type=norm_type, padding_idx=2 if mode == "mean" else None)
+        ref = torch.nn.EmbeddingBag.from_pretrained(weight.clone(), freeze=False, **kwargs)
+        ours = sj.EmbeddingBag.from_pretrained(weight.clone(), freeze=False, **kwargs)
+        for call in range(4):
+            if call % 2:
+                inp, offsets = torch.randint(0, 30, (5, 3), generator=gen), None
+            else:
+                inp = torch.randint(0, 30, (9,), generator=gen)
+                offsets = torch.tensor(sorted([0] + [g.randrange(0, 10) for _ in range(2)]))
+            psw = torch.randn(inp.shape, generator=gen) if mode == "sum" and call == 2 else None
+            what = "max_norm {} norm_type {} call {}".format(mode, norm_type, call)
+            expected, actual = ref(inp, offsets, psw), ours(inp, offsets, psw)
+            assert_same_tensor(actual, expected, what + " output")
+            assert_same_tensor(ours.weight.detach(), ref.weight.detach(), what + " weight after the call")
+            expected.sum().backward()
+            actual.sum().backward()
+            assert_same_tensor(ours.weight.grad, ref.weight.grad, what + " gradient")
+        assert not torch.equal(ours.weight.detach(), weight), replay("no row was renormalised: the test proves nothing")
+
+
+def test_max_norm_bag_is_refused_in_a_group(sj):
+    bags = [torch.nn.EmbeddingBag(10, 3), torch.nn.EmbeddingBag(10, 3, max_norm=1.0)]
+    with torch.no_grad():
+        bags[1].weight.mul_(10)  # every row's norm above max_norm
+    weight_before = bags[1].weight.detach().clone()
+    group = sj.EmbeddingBagGroup(bags)
+    with pytest.raises(NotImplementedError, match=r"bags\[1\]: max_norm must be None in a group"):
+        group([torch.tensor([[1, 2]]), torch.tensor([[1, 2]])])
+    assert torch.equal(bags[1].weight.detach(), weight_before)  # refused before any row is renormalised
 
 
 def test_inside_a_model(sj, seed):

@@ -16,7 +16,9 @@ class TinyDLRM(torch.nn.Module):
         self.bags = torch.nn.ModuleList([torch.nn.EmbeddingBag(50, 16, mode="sum"),
                                          torch.nn.EmbeddingBag(30, 16, mode="mean", padding_idx=0),
                                          torch.nn.EmbeddingBag(40, 16, mode="max", include_last_offset=True)])
-        self.renormed = torch.nn.EmbeddingBag(20, 16, max_norm=1.0)  # refused: max_norm
+        self.renormed = torch.nn.EmbeddingBag(20, 16, max_norm=1.0)  # renormalises the rows it reads
+        self.hooked = torch.nn.EmbeddingBag(20, 16)  # refused: a forward hook
+        self.hooked.register_forward_hook(lambda module, args, out: out * 2)
         self.dense = torch.nn.Linear(4, 16)
         self.top = torch.nn.Sequential(torch.nn.Linear(16 * 5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
 
@@ -24,7 +26,7 @@ class TinyDLRM(torch.nn.Module):
         feats = [self.dense(dense)]
         for bag, idx, off in zip(self.bags, indices, offsets):
             feats.append(bag(idx, off))
-        feats.append(self.renormed(indices[0] % 20, offsets[0]))
+        feats.append(self.renormed(indices[0] % 20, offsets[0]) + self.hooked(indices[0] % 20, offsets[0]))
         return self.top(torch.cat(feats, 1))
 
 
@@ -44,16 +46,17 @@ def test_dlrm_like_model(sj, seed):
     model = TinyDLRM().eval()
     inputs = dlrm_inputs(torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        optimized, report = sj.optimize(model)  # first: max_norm renormalises the weight it runs on
+        optimized, report = sj.optimize(model)  # a copy: max_norm renormalises each model's own weight
         expected = model(*inputs)
         actual = optimized(*inputs)
     assert optimized is not model and type(model.bags[0]) is torch.nn.EmbeddingBag  # the argument is untouched
-    assert [s.name for s in report.swapped] == ["bags.0", "bags.1", "bags.2"], replay(str(report))
-    assert all(type(b) is sj.EmbeddingBag for b in optimized.bags)
-    assert [(s.name, "max_norm" in s.reason) for s in report.skipped] == [("renormed", True)], replay(str(report))
+    assert [s.name for s in report.swapped] == ["bags.0", "bags.1", "bags.2", "renormed"], replay(str(report))
+    assert all(type(b) is sj.EmbeddingBag for b in optimized.bags) and type(optimized.renormed) is sj.EmbeddingBag
+    assert [(s.name, "hook" in s.reason) for s in report.skipped] == [("hooked", True)], replay(str(report))
     assert torch.equal(actual, expected), replay("optimized DLRM output differs")
+    assert torch.equal(optimized.renormed.weight, model.renormed.weight), replay("renormalised rows differ")
     text = str(report)
-    assert "3 swapped, 1 skipped" in text and "renormed" in text and "max_norm" in text
+    assert "4 swapped, 1 skipped" in text and "hooked" in text and "hook" in text
 
 
 def test_quantized_bags_and_inplace(sj, seed):

@@ -68,10 +68,14 @@ def test_quantized_embedding_bag(sj, seed, bits, mode):
             assert_same(m(idx2), bag(idx2), "{} q{} {} 2-D".format(name, bits, mode))
 
 
-def test_scripted_embedding_bag_refuses_max_norm(sj):
-    scripted = torch.jit.script(sj.EmbeddingBag(10, 3, max_norm=1.0))
-    with pytest.raises(Exception, match="max_norm"):
-        scripted(torch.tensor([[1, 2]]))
+def test_scripted_embedding_bag_renormalises_as_torch(sj, seed):
+    weight = torch.randn(10, 3, generator=torch.Generator().manual_seed(seed)) * 4
+    ref = torch.nn.EmbeddingBag.from_pretrained(weight.clone(), max_norm=1.0, mode="mean")
+    scripted = torch.jit.script(sj.EmbeddingBag.from_pretrained(weight.clone(), max_norm=1.0, mode="mean"))
+    for inp in (torch.tensor([[1, 2], [2, 7]]), torch.tensor([[0, 9], [4, 4]])):
+        assert torch.equal(scripted(inp), ref(inp))
+        assert torch.equal(scripted.weight, ref.weight)
+    assert not torch.equal(scripted.weight, weight)  # rows were renormalised
 
 
 class WithMasks(torch.nn.Module):
