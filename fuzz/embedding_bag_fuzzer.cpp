@@ -218,13 +218,14 @@ void draw_ex_options(Draw& d, Call& c) {
   }
   c.ex.offsets_as_lengths = d.chance(20) ? 1 : 0;
   c.ex.skip_index_outputs = d.chance(15) ? 1 : 0;
-  c.ex.aten_loop_arithmetic = d.chance(20) ? (d.chance(90) ? 1 : int32_t(d.raw32())) : 0;  // nonzero: any value
   if (d.chance(20)) {  // strided output rows: mostly just past the row, sometimes below it or absurd
     const uint64_t dim = uint64_t(c.args.dim);  // any int64: the sums below wrap instead of overflowing
     c.ex.output_row_stride = d.chance(90) ? int64_t(dim + uint64_t(d.in_range(0, 70))) : d.chance(50) ? int64_t(dim - 1)
                                                                                                       : d.raw64();
   }
   if (d.chance(3)) c.ex.struct_size = size_t(d.in_range(0, int64_t(sizeof c.ex) + 16));
+  // Drawn last, so the checked-in seeds' earlier draws keep their meaning. Nonzero: any value.
+  c.ex.aten_loop_arithmetic = d.chance(20) ? (d.chance(90) ? 1 : int32_t(d.raw32())) : 0;
 }
 
 Call draw_call(FuzzedDataProvider& fdp) {
