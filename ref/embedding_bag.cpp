@@ -176,9 +176,9 @@ float element_value(const Call& c, int64_t r, int64_t j) {
 
 // ---- Reductions: each fills res[0, D) with the bag's f32 result ----------------------------
 
-// f32 rules 1-3 and H1-H3, H6: sum from +0.0 in index order (weighted: fmaf without padding_idx,
-// as torch's FBGEMM kernel; with padding_idx w * x rounded to f32, then one add, as ATen's loop;
-// f16: w * x is exact in f32, so either).
+// f32 rules 1-3 and H1-H3, H6: sum from +0.0 in index order (weighted: fmaf, as torch's FBGEMM
+// kernel; in ATen's loop's arithmetic, padding_idx or aten_loop_arithmetic, w * x rounded to f32,
+// then one add; f16: w * x is exact in f32, so either).
 void sum_float_table(const Call& c, const BagSpan& s, std::vector<float>& res) {
   std::fill(res.begin(), res.end(), 0.0f);
   const bool weighted = c.a.per_sample_weights != nullptr;

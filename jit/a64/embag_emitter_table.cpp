@@ -85,8 +85,8 @@ void A64EmbagEmitter::row_setup() {
 }
 
 // acc += x (fadd acc, acc, x) or acc = fmaf(w, x, acc) (fmla acc, x, w[0]) per vector of the
-// block; with padding_idx a weighted term rounds its product first (fmul x, x, w[0], then fadd:
-// ref::weighted_terms_fused). f32: full vectors load in pairs (ldp) into the two load registers;
+// block; in ATen's loop's arithmetic (padding_idx, or the key's aten_loop) a weighted term rounds
+// its product first (fmul x, x, w[0], then fadd: ref::weighted_terms_fused). f32: full vectors load in pairs (ldp) into the two load registers;
 // the tail loads exactly its columns. Other dtypes: the operations load the block's columns in
 // groups.
 void A64EmbagEmitter::accumulate(const EmbagBlock& blk) {

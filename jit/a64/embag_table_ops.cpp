@@ -275,8 +275,8 @@ void A64TableOps::load_group(const a64::Gp& base, int64_t offset, int64_t cols, 
   }
 }
 
-// Weighted float tables (ref::weighted_terms_fused): without padding_idx one fma per term, as
-// torch's FBGEMM kernel; with padding_idx f32 and bf16 multiply, then add, as ATen's loop (an f32
+// Weighted float tables (ref::weighted_terms_fused): one fma per term, as torch's FBGEMM kernel;
+// in ATen's loop's arithmetic (padding_idx or aten_loop) f32 and bf16 multiply, then add (an f32
 // product rounds; a bf16 product is exact but where it overflows or underflows f32: -inf +
 // (2^100 * 2^100) is NaN, the fma -inf). An f16 product is always exact in f32: fmla either way.
 void A64TableOps::accumulate(std::span<const uint32_t> acc, const a64::Gp& base, int64_t offset, int64_t cols) {

@@ -37,8 +37,8 @@ void X86EmbagEmitter::plan_table_scratch() {
   if (avx2_tail && tail() > 4) xtmp2_ = vecs_.take();
 }
 
-// A weighted f32 sum with padding_idx: f32(acc + f32(w * x)), ATen's loop, which torch runs
-// for such calls (ref::weighted_terms_fused); otherwise a term is one fma.
+// A weighted f32 sum in ATen's loop's arithmetic (padding_idx, or the key's aten_loop):
+// f32(acc + f32(w * x)) (ref::weighted_terms_fused); otherwise a term is one fma.
 bool X86EmbagEmitter::rounded_products() const {
   return key().table == DType::kF32 && key().weighted && key().mode == Mode::kSum && !key().weighted_terms_fused();
 }

@@ -421,7 +421,7 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
           a_.vaddps(acc, acc, x);
         } else if (key_.weighted_terms_fused()) {
           a_.vfmadd231ps(acc, vec(weight_), x);
-        } else {  // with padding_idx, ATen's loop: f32(acc + f32(w * x))
+        } else {  // ATen's loop (padding_idx or aten_loop): f32(acc + f32(w * x))
           a_.vmulps(temp(0), vec(weight_), x);
           if (!whole) a_.k(k_load_);
           a_.vaddps(acc, acc, temp(0));
@@ -435,8 +435,8 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
       if (!weighted) {
         a_.vaddps(acc, acc, temp(0));
       } else if (!key_.weighted_terms_fused()) {
-        // With padding_idx, ATen's loop: f32(acc + f32(w * x)), torch's FBGEMM kernel fuses
-        // without it (the branch below). A bf16 product is exact only inside f32's range (bf16
+        // ATen's loop (padding_idx or aten_loop): f32(acc + f32(w * x)); torch's FBGEMM kernel
+        // fuses (the branch below). A bf16 product is exact only inside f32's range (bf16
         // has its exponents), so there an fma differs only where w * x overflows or underflows.
         a_.vmulps(temp(0), temp(0), vec(weight_));
         a_.vaddps(acc, acc, temp(0));
