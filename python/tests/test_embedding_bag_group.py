@@ -84,8 +84,12 @@ def test_group_op_follows_torch_on_strided_tables_and_weights(sj, seed, dtype):
     off = torch.tensor([0, 7, 19, 33])
     layouts_differ = 0
     for trial in range(20):
-        strided = (torch.randn(17, 50, generator=gen) * 1e3).to(dtype).t()
-        psw = torch.randn(80, generator=gen).to(dtype)[::2]
+        if dtype == torch.float32:  # the paths differ by the rounding of products
+            strided = (torch.randn(17, 50, generator=gen) * 1e3).t()
+            psw = torch.randn(80, generator=gen)[::2]
+        else:  # bf16 products are exact: the paths differ where a sum ties (half up vs to even)
+            strided = torch.randint(-300, 300, (17, 50), generator=gen).to(dtype).t()
+            psw = torch.tensor([0.5, 1.0, 2.0, -1.0])[torch.randint(0, 4, (80,), generator=gen)].to(dtype)[::2]
         tables = [strided, strided.contiguous(), strided]
         weights = [psw.contiguous(), psw, psw]
         got = torch.ops.shapejit.table_bags_output(tables, [0] * 3, [idx] * 3, [off] * 3, [0] * 3, weights,
