@@ -106,6 +106,8 @@ constexpr Variant kVariants[] = {{SHAPEJIT_SUM, false, false, "sum"},
                                  {SHAPEJIT_MEAN, false, false, "mean"},
                                  {SHAPEJIT_MAX, false, false, "max"},
                                  {SHAPEJIT_SUM, false, true, "sum+padding"},
+                                 // products rounded first (ATen's loop): a masked multiply reads the tail
+                                 {SHAPEJIT_SUM, true, true, "weighted sum+padding"},
                                  {SHAPEJIT_MAX, false, true, "max+padding"}};
 
 // The ISAs to pin: every generated ISA the host runs, then scalar (the reference path).
