@@ -51,6 +51,13 @@ struct EmbagKey {
 
   /// The arithmetic of ATen's own loop (padding_idx, or aten_loop), not torch's FBGEMM path.
   bool aten_loop_arithmetic() const { return padding || aten_loop; }
+  /// Whether ATen's loop changes any result of a table: weighted f32 sums (products rounded) and
+  /// bf16 tables (rule H6); elsewhere aten_loop stays false (canonical keys).
+  static constexpr bool aten_loop_changes(DType table, bool weighted) {
+    return table == DType::kBF16 || (table == DType::kF32 && weighted);
+  }
+  /// A weighted sum rounds each product before adding it (not one fma per term).
+  bool rounds_products() const { return weighted && mode == Mode::kSum && !weighted_terms_fused(); }
   /// Rule H6's FBGEMM path (ref::bf16_fbgemm_path): a bf16 table there fuses weighted terms and
   /// rounds its sums half up.
   bool bf16_fbgemm_path() const { return ref::bf16_fbgemm_path(static_cast<int64_t>(table), aten_loop_arithmetic()); }

@@ -109,7 +109,7 @@ EmbagKey make_key(const EmbagFlags& f) {
   key.padding = f.padding;
   if (f.aten_loop && f.padding)
     throw UsageError("--aten-loop: padding_idx (--padding) implies ATen's loop; give one of them");
-  if (f.aten_loop && key.table != DType::kBF16 && !(key.table == DType::kF32 && key.weighted))
+  if (f.aten_loop && !EmbagKey::aten_loop_changes(key.table, key.weighted))
     throw UsageError("--aten-loop: ATen's loop changes only weighted f32 sums and bf16 tables");
   key.aten_loop = f.aten_loop;
   key.index = int_from(f.index);

@@ -40,7 +40,7 @@ void X86EmbagEmitter::plan_table_scratch() {
 // A weighted f32 sum in ATen's loop's arithmetic (padding_idx, or the key's aten_loop):
 // f32(acc + f32(w * x)) (ref::weighted_terms_fused); otherwise a term is one fma.
 bool X86EmbagEmitter::rounded_products() const {
-  return key().table == DType::kF32 && key().weighted && key().mode == Mode::kSum && !key().weighted_terms_fused();
+  return key().table == DType::kF32 && key().rounds_products();
 }
 
 // Weighted sum: the row's weight in every lane of bcast_ (f32), or X86TableOps' row registers

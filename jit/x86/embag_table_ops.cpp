@@ -67,7 +67,7 @@ int64_t X86TableOps::temps_needed() const {
   }
   const int64_t bf16_round = avx512_ ? 2 : 3;  // AVX-512 keeps the NaN mask in k_temp_
   if (quantized() && (key_.weighted || key_.mode == Mode::kMax)) n = std::max<int64_t>(n, 1);
-  if (key_.weighted && key_.mode == Mode::kSum && !key_.weighted_terms_fused()) n = std::max<int64_t>(n, 1);  // w * x
+  if (key_.rounds_products()) n = std::max<int64_t>(n, 1);  // w * x
   if (key_.out == DType::kF32 && !avx512_ && tail_ > 4) n = std::max<int64_t>(n, 1);
   if (key_.out == DType::kF16) n = std::max<int64_t>(n, 1);
   if (key_.out == DType::kBF16) n = std::max(n, bf16_round);

@@ -286,7 +286,7 @@ template <class Index, class Offset, int64_t kTable, Mode kMode>
 jit::EmbagKernelFn pick_flags(const jit::EmbagKey& k) {
   // The arithmetic of ATen's own loop differs only for weighted f32 sums and bf16 tables.
   auto with_aten_loop = [&]<bool kWeighted, bool kPadding, bool kPruned>() {
-    constexpr bool kDiffers = kTable == SHAPEJIT_BF16 || (kTable == SHAPEJIT_F32 && kWeighted);
+    constexpr bool kDiffers = jit::EmbagKey::aten_loop_changes(static_cast<DType>(kTable), kWeighted);
     if constexpr (kDiffers && !kPadding)
       if (k.aten_loop) return pick_out<Index, Offset, kTable, kMode, Flags{kWeighted, kPadding, kPruned, SHAPEJIT_F32, SHAPEJIT_F32, true}>(k);
     return pick_out<Index, Offset, kTable, kMode, Flags{kWeighted, kPadding, kPruned, SHAPEJIT_F32, SHAPEJIT_F32, kPadding}>(k);

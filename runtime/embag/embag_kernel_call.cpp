@@ -39,7 +39,7 @@ jit::EmbagKey wanted_embag_key(const EmbagCallPlan& p, jit::Isa isa) {
   key.weighted = p.weighted;
   key.padding = p.padding;
   // Canonical: ATen's loop changes only weighted f32 sums and bf16 tables, and padding implies it.
-  key.aten_loop = p.aten_loop && !p.padding && (p.table == DType::kBF16 || (p.table == DType::kF32 && p.weighted));
+  key.aten_loop = p.aten_loop && !p.padding && jit::EmbagKey::aten_loop_changes(p.table, p.weighted);
   key.out = p.out;
   key.psw = p.weighted ? p.kernel_psw : DType::kF32;  // canonical when there are no weights
   key.pruned = p.pruned;
