@@ -55,6 +55,7 @@
 #include "runtime/engine/kernel_cache.hpp"
 #include "runtime/embag/validate.hpp"
 #include "shapejit/shapejit.h"
+#include "workload.hpp"
 
 namespace shapejit::bench {
 namespace {
@@ -72,7 +73,7 @@ struct Problem {
 
 // Inputs and outputs of one problem, built once.
 struct CallData {
-  std::vector<float> table, output;
+  CacheLineVector<float> table, output;  // rows on cache lines, as torch's allocator gives them
   std::vector<int64_t> indices, offsets, bag_size, max_indices;
   shapejit_embedding_bag_args args{};
 
@@ -135,7 +136,7 @@ std::function<void()> stage_body(const std::string& stage, CallData& d) {
   const shapejit_embedding_bag_batch batch{d.args.indices, d.args.num_indices, d.args.offsets, d.args.num_offsets,
                                            nullptr};
   if (stage == "prepared_tables") {
-    auto copy = std::make_shared<std::vector<float>>(d.table);
+    auto copy = std::make_shared<CacheLineVector<float>>(d.table);
     shapejit_embedding_bag_args second = d.args;
     second.weight = copy->data();
     std::array<std::shared_ptr<shapejit_embedding_bag_prepared>, 2> forms{prepare(d.args), prepare(second)};
@@ -151,7 +152,7 @@ std::function<void()> stage_body(const std::string& stage, CallData& d) {
     const auto prepared = prepare(d.args);
     // The second set of outputs (prepared_swap): copies of the first, so both have their sizes.
     auto other = std::make_shared<std::array<std::vector<int64_t>, 2>>();
-    auto other_output = std::make_shared<std::vector<float>>(d.output);
+    auto other_output = std::make_shared<CacheLineVector<float>>(d.output);
     (*other)[0] = d.bag_size;
     (*other)[1] = d.max_indices;
     auto flip = std::make_shared<bool>(false);
@@ -192,7 +193,7 @@ std::function<void()> stage_body(const std::string& stage, CallData& d) {
     auto fbgemm = std::make_shared<FbgemmKernel>(SHAPEJIT_F32, d.args.dim, SHAPEJIT_SUM, false);
     auto offsets = std::make_shared<std::vector<int64_t>>(d.offsets);
     offsets->push_back(d.args.num_indices);  // FBGEMM reads offsets[bags] as the last bag's end
-    const std::vector<float> expected = d.output;  // capi's, from the call above
+    const std::vector<float> expected(d.output.begin(), d.output.end());  // capi's, from the call above
     auto call = [&d, fbgemm, offsets] {
       fbgemm->run(d.args.num_offsets, d.args.num_indices, d.args.num_rows, d.table.data(), d.indices.data(),
                   offsets->data(), nullptr, d.output.data());

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,27 @@ struct AlignedFree {
   void operator()(float* p) const noexcept { std::free(p); }
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
+
+/// A std::vector allocator whose buffers start on a cache line. A plain vector of a few hundred
+/// KiB comes from mmap 16 bytes into a page, so every 64-byte row load of it splits two lines
+/// (seen: one call 9.2 us against 5.5 on the same data, FBGEMM's kernel alike).
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) noexcept { std::free(p); }
+  template <typename U>
+  bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
+};
+template <typename T>
+using CacheLineVector = std::vector<T, CacheLineAllocator<T>>;
 
 /// The table, index sets, offsets and per-sample weights of one WorkloadSpec.
 /// Warm workloads have one index set; cold ones have rows / (bags * mean_len) sets that
