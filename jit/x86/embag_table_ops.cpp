@@ -65,7 +65,7 @@ int64_t X86TableOps::temps_needed() const {
       break;
     default: n = 1;
   }
-  const int64_t bf16_round = avx512_ ? 2 : 3;  // AVX-512 keeps the NaN mask in k_temp_
+  const int64_t bf16_round = avx512_ ? 1 : 3;  // AVX-512: constants in registers, the NaN mask in k_temp_
   if (quantized() && (key_.weighted || key_.mode == Mode::kMax)) n = std::max<int64_t>(n, 1);
   if (key_.rounds_products()) n = std::max<int64_t>(n, 1);  // w * x
   if (key_.out == DType::kF32 && !avx512_ && tail_ > 4) n = std::max<int64_t>(n, 1);
@@ -113,8 +113,31 @@ int64_t X86TableOps::group_vecs() const {
 
 bool X86TableOps::group_in_column_order() const { return key_.table == DType::kQ8; }
 
+// bf16 rounding on AVX-512 (bf16_round_bits): to nearest even takes the low-bit mask, 0x7FFF and
+// the quiet bit; half up 0x8000; a mean of a bf16 table rounds in place (the sum and the count:
+// the high-half mask). Built per vector they cost 5 instructions each, 3 of them shifts: a bf16
+// mean's epilogue was 205 instructions a bag at D = 128, 87 of them shifts, 130 after. On the
+// Zen 5 host (4096 x 128, 256 bags x 32, 2 runs) bf16 mean 97.9 -> 130-134 GB/s (FBGEMM's
+// 0.89x -> 1.16-1.18x), sum 144 -> 159-165, weighted 154 -> 160-167, sum D = 512 114 -> 120.
+std::array<bool, X86TableOps::kRcCount> X86TableOps::round_consts_used() const {
+  std::array<bool, kRcCount> used{};
+  if (!avx512_) return used;
+  const bool mean_bf16 = key_.mode == Mode::kMean && key_.table == DType::kBF16;
+  const bool nearest = (key_.out == DType::kBF16 && !key_.bf16_out_half_up()) || mean_bf16;
+  used[kRcLowBit] = used[kRcNearest] = used[kRcQuiet] = nearest;
+  used[kRcHalfUp] = (key_.out == DType::kBF16 && key_.bf16_out_half_up()) || (mean_bf16 && key_.bf16_fbgemm_path());
+  used[kRcHighHalf] = mean_bf16;
+  return used;
+}
+
+x86::Vec X86TableOps::round_const(RoundConst c) const {
+  if (!round_consts_used()[c]) internal("bf16 rounding constant not reserved");
+  return vec(round_consts_[c]);
+}
+
 X86TableNeeds X86TableOps::needs() const {
-  const uint32_t consts = consts_needed();
+  uint32_t consts = consts_needed();
+  for (bool used : round_consts_used()) consts += used ? 1 : 0;
   uint32_t row = quantized() ? 2 : key_.weighted ? 1 : 0;
   X86TableNeeds n;
   n.vecs = consts + row + static_cast<uint32_t>(temps_needed());
@@ -133,6 +156,9 @@ void X86TableOps::bind(std::vector<uint32_t> vec_ids, std::vector<uint32_t> k_id
   const size_t consts = consts_needed();
   consts_.assign(vec_ids.begin(), vec_ids.begin() + long(consts));
   next = consts;
+  const std::array<bool, kRcCount> rounding = round_consts_used();
+  for (size_t c = 0; c < kRcCount; ++c)
+    if (rounding[c]) round_consts_[c] = vec_ids[next++];
   if (quantized()) scale_ = vec_ids[next++], bias_ = vec_ids[next++];
   else if (key_.weighted) weight_ = vec_ids[next++];
   temps_.assign(vec_ids.begin() + long(next), vec_ids.end());
@@ -237,6 +263,10 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     if (consts_.size() == 2) load_byte_constant(consts_[0], shift, false, scratch);
     load_byte_constant(consts_.back(), table, true, scratch);
   }
+  static constexpr uint32_t kRoundValues[kRcCount] = {1, 0x7FFF, 0x00400000, 0x8000, 0xFFFF0000u};
+  const std::array<bool, kRcCount> rounding = round_consts_used();
+  for (size_t c = 0; c < kRcCount; ++c)
+    if (rounding[c]) broadcast_dword(vec(round_consts_[c]), kRoundValues[c], scratch);
   if (avx512_ && tail_ != 0) {
     const int64_t load_bits = key_.table == DType::kQ4 ? tail_ / 2 : key_.table == DType::kQ2 ? tail_ / 4 : tail_;
     a_.mov(scratch.r32(), (1u << load_bits) - 1);

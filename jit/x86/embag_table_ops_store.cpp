@@ -84,13 +84,28 @@ void X86TableOps::masked_load(const x86::Vec& dst, const x86::Mem& m, int64_t el
 
 // temp(0) = f32_to_bf16(src) << 16 plus low garbage, per lane: NaN ? u | 0x00400000 (quiet,
 // sign kept) : u + 0x7FFF + ((u >> 16) & 1); the bf16 is the high half. src is unchanged.
+// AVX-512 reads its constants from registers (round_consts_used).
 // half_up: f32_to_bf16_half_up instead, u + 0x8000 (rule H6's FBGEMM rounding, FBGEMM's own
 // vpaddd of 2^15; the NaNs a sum makes have zero low halves, so no NaN case).
 void X86TableOps::bf16_round_bits(const x86::Vec& src, bool half_up) {
-  const x86::Vec r = temp(0), c = temp(1);
+  const x86::Vec r = temp(0);
+  if (avx512_) {
+    if (half_up) {
+      a_.vpaddd(r, src, round_const(kRcHalfUp));
+      return;
+    }
+    a_.vpsrld(r, src, 16);
+    a_.vpandd(r, r, round_const(kRcLowBit));  // bit 16 of u
+    a_.vpaddd(r, r, src);
+    a_.vpaddd(r, r, round_const(kRcNearest));
+    a_.vcmpps(k_temp_, src, src, kCmpUnordQ);
+    a_.k(k_temp_).vpord(r, src, round_const(kRcQuiet));
+    return;
+  }
+  // AVX2: the constants from all-ones by shifts, the NaN case by a blend.
+  const x86::Vec c = temp(1), nan = temp(2);
   if (half_up) {
-    if (avx512_) a_.vpternlogd(c, c, c, 0xFF);
-    else a_.vpcmpeqd(c, c, c);
+    a_.vpcmpeqd(c, c, c);
     a_.vpsrld(c, c, 31);
     a_.vpslld(c, c, 15);  // 0x00008000
     a_.vpaddd(r, src, c);
@@ -99,23 +114,15 @@ void X86TableOps::bf16_round_bits(const x86::Vec& src, bool half_up) {
   a_.vpslld(r, src, 15);  // bit 16 of u to the top ...
   a_.vpsrld(r, r, 31);    // ... and down to bit 0
   a_.vpaddd(r, r, src);
-  if (avx512_) a_.vpternlogd(c, c, c, 0xFF);
-  else a_.vpcmpeqd(c, c, c);
+  a_.vpcmpeqd(c, c, c);
   a_.vpsrld(c, c, 17);    // 0x00007FFF
   a_.vpaddd(r, r, c);
-  if (avx512_) a_.vpternlogd(c, c, c, 0xFF);
-  else a_.vpcmpeqd(c, c, c);
+  a_.vpcmpeqd(c, c, c);
   a_.vpslld(c, c, 31);
   a_.vpsrld(c, c, 9);     // 0x00400000: the quiet bit
-  if (avx512_) {
-    a_.vcmpps(k_temp_, src, src, kCmpUnordQ);
-    a_.k(k_temp_).vpord(r, src, c);
-  } else {
-    const x86::Vec nan = temp(2);
-    a_.vcmpps(nan, src, src, kCmpUnordQ);
-    a_.vpor(c, c, src);
-    a_.vblendvps(r, r, c, nan);
-  }
+  a_.vcmpps(nan, src, src, kCmpUnordQ);
+  a_.vpor(c, c, src);
+  a_.vblendvps(r, r, c, nan);
 }
 
 // v = rnd(v) in f32 lanes, to f16 or bf16 (the spec's rnd16 / rndbf; rndbf_up when half_up).
@@ -126,6 +133,10 @@ void X86TableOps::round_in_place(const x86::Vec& v, DType to, bool half_up) {
     return;
   }
   bf16_round_bits(v, half_up);
+  if (avx512_) {
+    a_.vpandd(v, temp(0), round_const(kRcHighHalf));
+    return;
+  }
   a_.vpsrld(temp(0), temp(0), 16);
   a_.vpslld(v, temp(0), 16);
 }
