@@ -119,7 +119,7 @@ bool X86TableOps::group_in_column_order() const { return key_.table == DType::kQ
 // mean's epilogue was 205 instructions a bag at D = 128, 87 of them shifts, 130 after. On the
 // Zen 5 host (4096 x 128, 256 bags x 32, 2 runs) bf16 mean 97.9 -> 130-134 GB/s (FBGEMM's
 // 0.89x -> 1.16-1.18x), sum 144 -> 159-165, weighted 154 -> 160-167, sum D = 512 114 -> 120.
-std::array<bool, X86TableOps::kRcCount> X86TableOps::round_consts_used() const {
+std::array<bool, X86TableOps::kRcCount> X86TableOps::reg_consts_used() const {
   std::array<bool, kRcCount> used{};
   if (!avx512_) return used;
   const bool mean_bf16 = key_.mode == Mode::kMean && key_.table == DType::kBF16;
@@ -127,17 +127,34 @@ std::array<bool, X86TableOps::kRcCount> X86TableOps::round_consts_used() const {
   used[kRcLowBit] = used[kRcNearest] = used[kRcQuiet] = nearest;
   used[kRcHalfUp] = (key_.out == DType::kBF16 && key_.bf16_out_half_up()) || (mean_bf16 && key_.bf16_fbgemm_path());
   used[kRcHighHalf] = mean_bf16;
+  used[kRcOne] = adds_by_fma();
   return used;
 }
 
-x86::Vec X86TableOps::round_const(RoundConst c) const {
-  if (!round_consts_used()[c]) internal("bf16 rounding constant not reserved");
-  return vec(round_consts_[c]);
+// AMD's cores add on two pipes (FADD) and fma on two others; vcvtph2ps and the bf16 widening's
+// bit ops share the adders' side, so a 16-bit table's sum ran out of add pipes while the fma pipes
+// idled (FBGEMM's own f16 weighted sum ran 1.3x its plain sum on the Zen 5 host). fma(x, 1, acc)
+// rounds x + acc once, as vaddps does (x * 1 is exact); only which NaN of two comes out may
+// differ, which the semantics leave open. Intel's 512-bit adds and fmas share ports, so there
+// nothing moves. Zen 5, 4096-row tables, 256 bags x 32, two interleaved runs, GB/s: f16 sum
+// D = 32 104-106 -> 117-118, D = 128 110-111 -> 133-135, D = 512 110 -> 117-120, f16 mean
+// D = 128 101-102 -> 123-126; bf16 sum D = 128 162-166 -> 167-174 and mean 133 -> 142-154, but
+// bf16 D = 32 121-125 -> 118-120 (two chains of fma's latency per row, bags in pairs), so bf16
+// from 8 vectors a row. AVX2 keeps vaddps: Intel's AVX2 adders also run on a third port.
+bool X86TableOps::adds_by_fma() const {
+  if (!avx512_ || key_.mode == Mode::kMax || (key_.weighted && key_.mode == Mode::kSum)) return false;
+  const int64_t vecs = (key_.dim + lanes_ - 1) / lanes_;
+  return (key_.table == DType::kF16 && vecs >= 2) || (key_.table == DType::kBF16 && vecs >= 8);
+}
+
+x86::Vec X86TableOps::reg_const(RegConst c) const {
+  if (!reg_consts_used()[c]) internal("bf16 rounding constant not reserved");
+  return vec(reg_consts_[c]);
 }
 
 X86TableNeeds X86TableOps::needs() const {
   uint32_t consts = consts_needed();
-  for (bool used : round_consts_used()) consts += used ? 1 : 0;
+  for (bool used : reg_consts_used()) consts += used ? 1 : 0;
   uint32_t row = quantized() ? 2 : key_.weighted ? 1 : 0;
   X86TableNeeds n;
   n.vecs = consts + row + static_cast<uint32_t>(temps_needed());
@@ -156,9 +173,9 @@ void X86TableOps::bind(std::vector<uint32_t> vec_ids, std::vector<uint32_t> k_id
   const size_t consts = consts_needed();
   consts_.assign(vec_ids.begin(), vec_ids.begin() + long(consts));
   next = consts;
-  const std::array<bool, kRcCount> rounding = round_consts_used();
+  const std::array<bool, kRcCount> rounding = reg_consts_used();
   for (size_t c = 0; c < kRcCount; ++c)
-    if (rounding[c]) round_consts_[c] = vec_ids[next++];
+    if (rounding[c]) reg_consts_[c] = vec_ids[next++];
   if (quantized()) scale_ = vec_ids[next++], bias_ = vec_ids[next++];
   else if (key_.weighted) weight_ = vec_ids[next++];
   temps_.assign(vec_ids.begin() + long(next), vec_ids.end());
@@ -263,10 +280,10 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     if (consts_.size() == 2) load_byte_constant(consts_[0], shift, false, scratch);
     load_byte_constant(consts_.back(), table, true, scratch);
   }
-  static constexpr uint32_t kRoundValues[kRcCount] = {1, 0x7FFF, 0x00400000, 0x8000, 0xFFFF0000u};
-  const std::array<bool, kRcCount> rounding = round_consts_used();
+  static constexpr uint32_t kRegConstValues[kRcCount] = {1, 0x7FFF, 0x00400000, 0x8000, 0xFFFF0000u, 0x3F800000u};
+  const std::array<bool, kRcCount> rounding = reg_consts_used();
   for (size_t c = 0; c < kRcCount; ++c)
-    if (rounding[c]) broadcast_dword(vec(round_consts_[c]), kRoundValues[c], scratch);
+    if (rounding[c]) broadcast_dword(vec(reg_consts_[c]), kRegConstValues[c], scratch);
   if (avx512_ && tail_ != 0) {
     const int64_t load_bits = key_.table == DType::kQ4 ? tail_ / 2 : key_.table == DType::kQ2 ? tail_ / 4 : tail_;
     a_.mov(scratch.r32(), (1u << load_bits) - 1);
@@ -462,7 +479,9 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
     case DType::kF16:
     case DType::kBF16:
       load_float_cols(temp(0), m, cols);
-      if (!weighted) {
+      if (!weighted && adds_by_fma()) {
+        a_.vfmadd231ps(acc, temp(0), reg_const(kRcOne));
+      } else if (!weighted) {
         a_.vaddps(acc, acc, temp(0));
       } else if (!key_.weighted_terms_fused()) {
         // ATen's loop (padding_idx or aten_loop): f32(acc + f32(w * x)); torch's FBGEMM kernel

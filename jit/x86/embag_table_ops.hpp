@@ -129,19 +129,22 @@ class X86TableOps {
   void bf16_round_bits(const asmjit::x86::Vec& src, bool half_up);
   void round_in_place(const asmjit::x86::Vec& v, DType to, bool half_up = false);
 
-  // The dword constants of bf16 rounding, held in registers on AVX-512 (set up once per call);
-  // AVX2, short of registers, builds them where they are used.
-  enum RoundConst : size_t { kRcLowBit, kRcNearest, kRcQuiet, kRcHalfUp, kRcHighHalf, kRcCount };
-  /// Which of them this key's rounding reads (none on AVX2).
-  std::array<bool, kRcCount> round_consts_used() const;
-  asmjit::x86::Vec round_const(RoundConst c) const;
+  // Dword constants held in registers on AVX-512, set up once per call: bf16 rounding's, and 1.0f
+  // for sums added by fma (adds_by_fma). AVX2, short of registers, builds the rounding constants
+  // where they are used.
+  enum RegConst : size_t { kRcLowBit, kRcNearest, kRcQuiet, kRcHalfUp, kRcHighHalf, kRcOne, kRcCount };
+  /// Which of them this key reads (none on AVX2).
+  std::array<bool, kRcCount> reg_consts_used() const;
+  asmjit::x86::Vec reg_const(RegConst c) const;
+  /// Unweighted f16 / bf16 terms are added as fma(x, 1.0f, acc), the same f32 sum.
+  bool adds_by_fma() const;
 
   EmbagKey key_;
   asmjit::x86::Assembler& a_;
   bool avx512_;
   int64_t lanes_, tail_;
   std::vector<uint32_t> consts_, temps_;
-  std::array<uint32_t, kRcCount> round_consts_{};  // register ids of the used ones
+  std::array<uint32_t, kRcCount> reg_consts_{};  // register ids of the used ones
   uint32_t scale_ = 0, bias_ = 0, weight_ = 0;  // row registers (scale_/bias_ quantized, weight_ float tables)
   asmjit::x86::KReg k_load_, k_store_, k_temp_;
 };

@@ -77,7 +77,9 @@ void X86TableOps::accumulate_bf16_group(const std::vector<uint32_t>& accs, const
   const bool weighted = key_.weighted && key_.mode == Mode::kSum;
   for (size_t k = 0; k < 2; ++k) {
     const x86::Vec acc = vec(accs[k]), x = k == 0 ? even : odd;
-    if (!weighted) {
+    if (!weighted && adds_by_fma()) {
+      a_.vfmadd231ps(acc, x, reg_const(kRcOne));
+    } else if (!weighted) {
       a_.vaddps(acc, acc, x);
     } else if (!key_.weighted_terms_fused()) {  // as accumulate: f32(acc + f32(w * x))
       a_.vmulps(x, x, vec(weight_));

@@ -84,22 +84,22 @@ void X86TableOps::masked_load(const x86::Vec& dst, const x86::Mem& m, int64_t el
 
 // temp(0) = f32_to_bf16(src) << 16 plus low garbage, per lane: NaN ? u | 0x00400000 (quiet,
 // sign kept) : u + 0x7FFF + ((u >> 16) & 1); the bf16 is the high half. src is unchanged.
-// AVX-512 reads its constants from registers (round_consts_used).
+// AVX-512 reads its constants from registers (reg_consts_used).
 // half_up: f32_to_bf16_half_up instead, u + 0x8000 (rule H6's FBGEMM rounding, FBGEMM's own
 // vpaddd of 2^15; the NaNs a sum makes have zero low halves, so no NaN case).
 void X86TableOps::bf16_round_bits(const x86::Vec& src, bool half_up) {
   const x86::Vec r = temp(0);
   if (avx512_) {
     if (half_up) {
-      a_.vpaddd(r, src, round_const(kRcHalfUp));
+      a_.vpaddd(r, src, reg_const(kRcHalfUp));
       return;
     }
     a_.vpsrld(r, src, 16);
-    a_.vpandd(r, r, round_const(kRcLowBit));  // bit 16 of u
+    a_.vpandd(r, r, reg_const(kRcLowBit));  // bit 16 of u
     a_.vpaddd(r, r, src);
-    a_.vpaddd(r, r, round_const(kRcNearest));
+    a_.vpaddd(r, r, reg_const(kRcNearest));
     a_.vcmpps(k_temp_, src, src, kCmpUnordQ);
-    a_.k(k_temp_).vpord(r, src, round_const(kRcQuiet));
+    a_.k(k_temp_).vpord(r, src, reg_const(kRcQuiet));
     return;
   }
   // AVX2: the constants from all-ones by shifts, the NaN case by a blend.
@@ -134,7 +134,7 @@ void X86TableOps::round_in_place(const x86::Vec& v, DType to, bool half_up) {
   }
   bf16_round_bits(v, half_up);
   if (avx512_) {
-    a_.vpandd(v, temp(0), round_const(kRcHighHalf));
+    a_.vpandd(v, temp(0), reg_const(kRcHighHalf));
     return;
   }
   a_.vpsrld(temp(0), temp(0), 16);
