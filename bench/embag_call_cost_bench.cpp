@@ -2,8 +2,9 @@
 //
 // Names: embag_call/<stage>/<bags>x<len>/D<dim>  (f32 table of 4096 rows, int64 indices and
 // offsets, mode sum, one thread; the inputs and outputs stay the same for every call). Problems:
-// 1x1 D128 (FBGEMM's fixed-cost figure), 8x4 D128 (a small call) and 256x32 D32 (the seed's
-// shape at the width where validation's pass over the 8192 indices weighs most).
+// 1x1 D128 (FBGEMM's fixed-cost figure), 8x4 D128 (a small call), 256x32 D32 (the seed's
+// shape at the width where validation's pass over the 8192 indices weighs most) and 2048x4 D32
+// (the same indices in short bags, as a recommendation model's features: the per-bag cost).
 //   capi     shapejit_embedding_bag: the whole C ABI call
 //   prepared shapejit_embedding_bag_prepared_run of the call prepared once (its form validated
 //            and its kernel bound at prepare): the batch's checks, the outputs', the kernel; the
@@ -251,7 +252,7 @@ void finish(std::vector<BenchRow*>& rows) {
 
 bool register_all() {
   const bool fbgemm = !fbgemm_unsupported_reason(SHAPEJIT_F32, SHAPEJIT_SUM);
-  for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}})
+  for (const Problem& p : {Problem{1, 1, 128}, Problem{8, 4, 128}, Problem{256, 32, 32}, Problem{2048, 4, 32}})
     for (const char* stage : {"capi", "prepared", "prepared_swap", "prepared_tables", "plan", "outputs", "key", "lookup", "kernel", "fbgemm"})
       if (std::string(stage) != "fbgemm" || fbgemm)
         register_embag_benchmark(std::string(kPrefix) + stage + "/" + p.name(),
