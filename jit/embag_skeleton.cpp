@@ -78,11 +78,14 @@ void EmbagSkeleton::use_path(bool wide_ids) {
 // there, +3 % at D=64).
 //
 // kPos enters every bag holding the bag's start, offsets[kBag]: loaded here for the first bag,
-// then carried, since a bag starts where the one before it ends (kEnd, loaded at that bag's
-// start). Loading offsets[kBag] again at each bag put a load issued after the previous bag's
-// output stores at the head of the bag's address chain (offset, index, row): on the Zen 5 host
-// the kernel alone at 2048 bags x 4, D = 32 took 7.7-8.4 us against FBGEMM's 6.6 (which walks
-// its index pointer on), 6.5-6.8 carried; 256 x 32 5.4-5.7 -> 5.2-5.4.
+// then carried. A bag starts where the one before it ends, and every row loop stops with kPos at
+// kEnd exactly (it steps by one from a start <= kEnd; offsets are non-decreasing), so the next
+// start is already in kPos, counted rather than loaded: the row addresses never wait on an
+// offsets load, as FBGEMM's index pointer walks on. Loading offsets[kBag] at each bag, after the
+// previous bag's output stores, headed the bag's address chain (offset, index, row); taking kEnd
+// (itself a load) still cost a third of that. Zen 5, kernel alone, 2048 bags x 4 at D = 32:
+// 7.7-8.4 us reloaded, 6.8-6.9 from kEnd, 6.5-6.8 counted (FBGEMM's kernel 6.3-6.6); 256 x 32
+// 5.4-5.7 -> 5.1-5.4 (FBGEMM 5.3-5.6).
 void EmbagSkeleton::emit_bag_loop() {
   Label done = e_->newLabel();
   branch(EmbagCond::kGe, G::kBag, SJ_EMBAG_FIELD(bag_end), done);
@@ -112,7 +115,7 @@ void EmbagSkeleton::emit_bag_loop_copy(const Label& done) {
     gp_add(G::kRow, G::kBag, 1);
     branch(EmbagCond::kGe, G::kRow, SJ_EMBAG_FIELD(bag_end), single);
     emit_pair_body(blocks_.front());
-    gp_add(G::kPos, G::kEnd2, 0);  // the next bag starts where the pair's second ends
+    gp_add(G::kPos, G::kPos2, 0);  // the next bag starts where the pair's second stopped
     gp_add(G::kOut, G::kOut, 2 * out_row_bytes());
     gp_add(G::kBag, G::kBag, 2);
     branch(EmbagCond::kLt, G::kBag, SJ_EMBAG_FIELD(bag_end), bag_top);
@@ -121,8 +124,7 @@ void EmbagSkeleton::emit_bag_loop_copy(const Label& done) {
   }
   emit_bag_body(blocks_);
   e_->bind(bag_done);
-  emit_bag_counts();
-  gp_add(G::kPos, G::kEnd, 0);  // the next bag's start
+  emit_bag_counts();  // kPos is the next bag's start (emit_bag_loop)
   gp_add(G::kOut, G::kOut, out_row_bytes());
   gp_add(G::kBag, G::kBag, 1);
   branch(EmbagCond::kLt, G::kBag, SJ_EMBAG_FIELD(bag_end), bag_top);
