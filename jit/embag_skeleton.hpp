@@ -23,7 +23,7 @@ enum class EmbagGp : uint8_t {
   kWeight,    ///< table base (shifted right inside column blocks)
   kStride,    ///< row stride in bytes
   kIndices,   ///< index array
-  kPos,       ///< current index position
+  kPos,       ///< current index position; holds a bag's start as the bag begins (carried: emit_bag_loop)
   kEnd,       ///< end position of the current bag
   kId,        ///< the index as given at kPos (padding test, max ids)
   kRow,       ///< the table row of kId (mapping[id] when pruned)
