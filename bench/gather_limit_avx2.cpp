@@ -75,9 +75,7 @@ void gather_bags(const LimitArgs& a, int64_t bag_begin, int64_t bag_end) {
   constexpr int kMaxBlock = kOp == LimitOp::kWeightedSum ? 8 : 16;
   constexpr int kBlock = kVecs < kMaxBlock ? kVecs : kMaxBlock;
   static_assert(kVecs % kBlock == 0, "the column blocks must tile the row");
-  // A bag starts where the one before it ended (carried, as the kernels do: offsets[b] loaded
-  // after the previous bag's stores headed each bag's address chain, and short bags ran 25 %
-  // below FBGEMM's kernel).
+  // A bag starts where the one before it ended (carried, as gather_limit_avx512.cpp says why).
   int64_t next_begin = bag_begin < bag_end ? a.offsets[bag_begin] : 0;
   for (int64_t b = bag_begin; b < bag_end; ++b) {
     const int64_t begin = next_begin;

@@ -24,9 +24,7 @@ void gather_block(const LimitArgs& a, int64_t bag_begin, int64_t bag_end, int64_
   constexpr int kLinesPerBlock = (kBlock * 16 + 63) / 64;
   const int64_t last = a.num_indices - 1;
   const float* table = a.table + first_col;
-  // A bag starts where the one before it ended (carried, as the kernels do: offsets[b] loaded
-  // after the previous bag's stores headed each bag's address chain, and short bags ran 25 %
-  // below FBGEMM's kernel).
+  // A bag starts where the one before it ended (carried, as gather_limit_avx512.cpp says why).
   int64_t next_begin = bag_begin < bag_end ? a.offsets[bag_begin] : 0;
   for (int64_t b = bag_begin; b < bag_end; ++b) {
     const int64_t begin = next_begin;

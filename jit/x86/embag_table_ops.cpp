@@ -79,11 +79,11 @@ int64_t X86TableOps::temps_needed() const {
 // Q4: AVX-512 gather, shift and table vectors; AVX2 the shift vector, with column groups the
 // nibble mask (+ the shift vector: single_shift()). Q2: the shift vector (not with groups
 // unless single_shift()) and the table. Q8 with column groups: the two byte shuffles. AVX2 BF16:
-// the byte shuffle that widens 8 elements to f32. AVX-512 BF16 with column groups: the high-half
-// mask and unpermute_group's two lane indices.
+// the byte shuffle that widens 8 elements to f32. AVX-512 BF16 with column groups:
+// unpermute_group's two lane indices (the high-half mask is a register constant, kRcHighHalf).
 uint32_t X86TableOps::consts_needed() const {
   if (key_.table == DType::kQ8) return group_vecs() > 1 ? 2 : 0;  // the two byte shuffles
-  if (key_.table == DType::kBF16) return avx512_ ? (group_vecs() > 1 ? 3 : 0) : 1;
+  if (key_.table == DType::kBF16) return avx512_ ? (group_vecs() > 1 ? 2 : 0) : 1;
   const uint32_t shift = group_vecs() == 1 || single_shift() ? 1 : 0;
   if (key_.table == DType::kQ4) return avx512_ ? 3 : group_vecs() > 1 ? 1 + shift : 1;
   return key_.table == DType::kQ2 ? 1 + shift : 0;
@@ -115,7 +115,8 @@ bool X86TableOps::group_in_column_order() const { return key_.table == DType::kQ
 
 // bf16 rounding on AVX-512 (bf16_round_bits): to nearest even takes the low-bit mask, 0x7FFF and
 // the quiet bit; half up 0x8000; a mean of a bf16 table rounds in place (the sum and the count:
-// the high-half mask). Built per vector they cost 5 instructions each, 3 of them shifts: a bf16
+// the high-half mask, which bf16 column groups also take the odd columns with). 1.0f: adds_by_fma.
+// Built per vector they cost 5 instructions each, 3 of them shifts: a bf16
 // mean's epilogue was 205 instructions a bag at D = 128, 87 of them shifts, 130 after. On the
 // Zen 5 host (4096 x 128, 256 bags x 32, 2 runs) bf16 mean 97.9 -> 130-134 GB/s (FBGEMM's
 // 0.89x -> 1.16-1.18x), sum 144 -> 159-165, weighted 154 -> 160-167, sum D = 512 114 -> 120.
@@ -126,7 +127,7 @@ std::array<bool, X86TableOps::kRcCount> X86TableOps::reg_consts_used() const {
   const bool nearest = (key_.out == DType::kBF16 && !key_.bf16_out_half_up()) || mean_bf16;
   used[kRcLowBit] = used[kRcNearest] = used[kRcQuiet] = nearest;
   used[kRcHalfUp] = (key_.out == DType::kBF16 && key_.bf16_out_half_up()) || (mean_bf16 && key_.bf16_fbgemm_path());
-  used[kRcHighHalf] = mean_bf16;
+  used[kRcHighHalf] = mean_bf16 || (key_.table == DType::kBF16 && group_vecs() > 1);
   used[kRcOne] = adds_by_fma();
   return used;
 }
@@ -147,8 +148,13 @@ bool X86TableOps::adds_by_fma() const {
   return (key_.table == DType::kF16 && vecs >= 2) || (key_.table == DType::kBF16 && vecs >= 8);
 }
 
+void X86TableOps::add_term(const x86::Vec& acc, const x86::Vec& x) {
+  if (adds_by_fma()) a_.vfmadd231ps(acc, x, reg_const(kRcOne));
+  else a_.vaddps(acc, acc, x);
+}
+
 x86::Vec X86TableOps::reg_const(RegConst c) const {
-  if (!reg_consts_used()[c]) internal("bf16 rounding constant not reserved");
+  if (!reg_consts_used()[c]) internal("register constant not reserved");
   return vec(reg_consts_[c]);
 }
 
@@ -255,13 +261,12 @@ void X86TableOps::setup(const x86::Gp& scratch) {
     broadcast_dword(cnst(1), 8, scratch);
     a_.vpaddd(cnst(1), cnst(1), cnst(0));  // columns 8-15
   } else if (key_.table == DType::kBF16 && avx512_ && group_vecs() > 1) {
-    // The odd columns' mask, and the lanes that interleave even and odd columns back into
-    // columns 0-15 and 16-31 (vpermt2ps: bit 4 picks the odd vector).
-    broadcast_dword(cnst(0), 0xFFFF0000u, scratch);
+    // The lanes that interleave even and odd columns back into columns 0-15 and 16-31
+    // (vpermt2ps: bit 4 picks the odd vector); the odd columns' mask is kRcHighHalf.
     uint8_t lo[16], hi[16];
     for (int j = 0; j < 16; ++j) lo[j] = uint8_t(j / 2 + (j % 2) * 16), hi[j] = uint8_t(8 + j / 2 + (j % 2) * 16);
-    load_byte_constant(consts_[1], lo, false, scratch);
-    load_byte_constant(consts_[2], hi, false, scratch);
+    load_byte_constant(consts_[0], lo, false, scratch);
+    load_byte_constant(consts_[1], hi, false, scratch);
   } else if (key_.table == DType::kBF16 && !avx512_) {
     // vpshufb, per 128-bit half: dword lane j = bytes 2j, 2j + 1 of the half (bf16 element j of
     // the 8 broadcast to both halves) in its top half, zeros (0x80) below:
@@ -479,10 +484,8 @@ void X86TableOps::accumulate(uint32_t acc_id, const x86::Mem& m, int64_t cols) {
     case DType::kF16:
     case DType::kBF16:
       load_float_cols(temp(0), m, cols);
-      if (!weighted && adds_by_fma()) {
-        a_.vfmadd231ps(acc, temp(0), reg_const(kRcOne));
-      } else if (!weighted) {
-        a_.vaddps(acc, acc, temp(0));
+      if (!weighted) {
+        add_term(acc, temp(0));
       } else if (!key_.weighted_terms_fused()) {
         // ATen's loop (padding_idx or aten_loop): f32(acc + f32(w * x)); torch's FBGEMM kernel
         // fuses (the branch below). A bf16 product is exact only inside f32's range (bf16

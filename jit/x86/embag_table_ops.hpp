@@ -129,8 +129,8 @@ class X86TableOps {
   void bf16_round_bits(const asmjit::x86::Vec& src, bool half_up);
   void round_in_place(const asmjit::x86::Vec& v, DType to, bool half_up = false);
 
-  // Dword constants held in registers on AVX-512, set up once per call: bf16 rounding's, and 1.0f
-  // for sums added by fma (adds_by_fma). AVX2, short of registers, builds the rounding constants
+  // Dword constants held in registers on AVX-512, set up once per call: bf16 rounding's (the
+  // high-half mask also serves bf16 column groups), and 1.0f for sums added by fma (adds_by_fma). AVX2, short of registers, builds the rounding constants
   // where they are used.
   enum RegConst : size_t { kRcLowBit, kRcNearest, kRcQuiet, kRcHalfUp, kRcHighHalf, kRcOne, kRcCount };
   /// Which of them this key reads (none on AVX2).
@@ -138,6 +138,8 @@ class X86TableOps {
   asmjit::x86::Vec reg_const(RegConst c) const;
   /// Unweighted f16 / bf16 terms are added as fma(x, 1.0f, acc), the same f32 sum.
   bool adds_by_fma() const;
+  /// acc += x (f32 lanes), an unweighted term: vaddps, or the fma of adds_by_fma.
+  void add_term(const asmjit::x86::Vec& acc, const asmjit::x86::Vec& x);
 
   EmbagKey key_;
   asmjit::x86::Assembler& a_;

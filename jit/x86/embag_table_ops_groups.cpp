@@ -73,14 +73,12 @@ void X86TableOps::accumulate_bf16_group(const std::vector<uint32_t>& accs, const
   const x86::Vec odd = temp(0), even = temp(1);
   a_.vmovdqu32(odd, at(m, 0, 64));
   a_.vpslld(even, odd, 16);
-  a_.vpandd(odd, odd, cnst(0));
+  a_.vpandd(odd, odd, reg_const(kRcHighHalf));
   const bool weighted = key_.weighted && key_.mode == Mode::kSum;
   for (size_t k = 0; k < 2; ++k) {
     const x86::Vec acc = vec(accs[k]), x = k == 0 ? even : odd;
-    if (!weighted && adds_by_fma()) {
-      a_.vfmadd231ps(acc, x, reg_const(kRcOne));
-    } else if (!weighted) {
-      a_.vaddps(acc, acc, x);
+    if (!weighted) {
+      add_term(acc, x);
     } else if (!key_.weighted_terms_fused()) {  // as accumulate: f32(acc + f32(w * x))
       a_.vmulps(x, x, vec(weight_));
       a_.vaddps(acc, acc, x);
@@ -127,8 +125,8 @@ void X86TableOps::unpermute_group(const std::vector<uint32_t>& regs, uint32_t s0
   const x86::Vec t0 = vec(s0), t1 = vec(s1), a0 = vec(regs[0]), a1 = vec(regs[1]);
   if (avx512_) {  // BF16: a0 = columns 0, 2, ..., 30, a1 = 1, 3, ..., 31
     a_.vmovaps(t0, a0);
-    a_.vpermt2ps(t0, cnst(1), a1);  // columns 0-15
-    a_.vpermt2ps(a0, cnst(2), a1);  // columns 16-31
+    a_.vpermt2ps(t0, cnst(0), a1);  // columns 0-15
+    a_.vpermt2ps(a0, cnst(1), a1);  // columns 16-31
     a_.vmovaps(a1, a0);
     a_.vmovaps(a0, t0);
     return;
