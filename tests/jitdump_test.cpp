@@ -62,10 +62,13 @@ const std::vector<std::string> kGoldenKeys{
     "gemm.avx2.3x24.k5.relu.tab",
     // Quantized forms: qd8 int8 widened to 16 bits on AVX2 (K padded to 12), qd8 int4 with
     // vpdpbusd on AVX-512 (nibbles as 16 x code, shifted back before the correction), and the
-    // weight-only int4 form with an odd K (its last byte row's high codes unread).
+    // weight-only int4 form with an odd K (its last byte row's high codes unread); on AVX-512 a
+    // decode tile, whose spare register holds the int4 table, loaded at each panel's start
+    // (after the previous panel's gelu call).
     "gemm.avx2.2x16.k9.qd8qc8w.bias",
     "gemm.avx512.2x32.k12.qd8qc4w.relu.dot",
     "gemm.avx2.2x16.k3.f32qc4w.bias",
+    "gemm.avx512.1x32.k5.f32qc4w.bias.gelu",
 };
 
 // The subcommand that dumps a key: embedding-bag for embag.*, linear-group for gemm.*.

@@ -59,6 +59,7 @@ class X86GemmEmitter final : public GemmSkeleton {
   // Quantized forms (gemm_emitter_quant.cpp).
   void check_quant_key() const;
   void quant_k_step(const GemmKStep& s) override;
+  void prepare_quant_panel() override;
   void dequantize() override;
   void add_bias(uint32_t acc, int64_t v, int64_t offset) override;
   X86QuantBody quant_body() const;

@@ -32,6 +32,8 @@ void X86GemmEmitter::check_quant_key() const {
                 std::to_string(nv()) + " vectors of this form");
 }
 
+void X86GemmEmitter::prepare_quant_panel() { quant_->load_held_constants(); }
+
 int64_t X86GemmEmitter::k_rest_step_width(int64_t left) const {
   return gemm_quantized_input(key().quant) ? std::min(left, gemm_k_group(key().quant)) : 1;
 }

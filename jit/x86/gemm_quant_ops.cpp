@@ -74,6 +74,15 @@ x86::Mem X86GemmQuantOps::int4_values() {
   return x86::ptr(int4_values_);
 }
 
+void X86GemmQuantOps::int4_lookup(const x86::Vec& dst, const x86::Vec& nibbles) {
+  if (int4_reg_ != kNoRegister) a_.vpermps(dst, nibbles, vec(int4_reg_));
+  else a_.vpermps(dst, nibbles, int4_values());
+}
+
+void X86GemmQuantOps::load_held_constants() {
+  if (int4_reg_ != kNoRegister) a_.vmovups(vec(int4_reg_), int4_values());
+}
+
 void X86GemmQuantOps::load(uint32_t dst, const x86::Mem& src) {
   if (t_.avx512) a_.vmovdqu32(vec(dst), src);
   else a_.vmovdqu(vec(dst), src);
@@ -230,7 +239,7 @@ void X86GemmQuantOps::emit_weight_only_codes(const X86QuantBody& body, int64_t v
     // more vector operations (three for the low nibble) on the ports the FMAs use.
     a_.vpmovzxbd(w, src);
     if (nibble == 1) a_.vpsrld(w, w, imm(4));
-    a_.vpermps(w, w, int4_values());
+    int4_lookup(w, w);
     return;
   }
   a_.vpmovsxbd(w, src);
@@ -253,9 +262,9 @@ void X86GemmQuantOps::emit_weight_only_code_pair(const X86QuantBody& body, int64
   const x86::Vec low = vec(body.weights[size_t(v)]), high = vec(body.weights[size_t(nv_ + v)]);
   const x86::Mem src = weight_only_codes_mem(body, v, b_disp);
   a_.vpmovzxbd(high, src);
-  a_.vpermps(low, high, int4_values());  // bits 0-3 index the table (emit_weight_only_codes)
+  int4_lookup(low, high);  // bits 0-3 index the table (emit_weight_only_codes)
   a_.vpsrld(high, high, 4);
-  a_.vpermps(high, high, int4_values());
+  int4_lookup(high, high);
 }
 
 void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b) {

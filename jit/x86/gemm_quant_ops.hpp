@@ -83,6 +83,14 @@ class X86GemmQuantOps {
   void emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
                        const asmjit::x86::Gp& gp1);
 
+  /// f32-qc4w on AVX-512: keep the nibbles' 16-entry table in vector register `id` (loaded by
+  /// load_held_constants), where the lookups otherwise read it from memory, one load per 16
+  /// weights beside the codes' own.
+  void hold_int4_table(uint32_t id) { int4_reg_ = id; }
+  /// Loads the held table (nothing when none is held): at each panel's start, as an
+  /// activation call of the previous panel may have clobbered it.
+  void load_held_constants();
+
   /// The vector constants the code above referred to (call once, after the function's code).
   void emit_constants();
 
@@ -92,6 +100,7 @@ class X86GemmQuantOps {
   std::array<asmjit::x86::Vec, N> row_temps(const X86QuantBody& body, int64_t row) const;
   asmjit::x86::Mem vector_constant(uint32_t dword);  // every dword of a vector equal to `dword`
   asmjit::x86::Mem int4_values();                    // AVX-512: lane n holds nibble n's code as f32
+  void int4_lookup(const asmjit::x86::Vec& dst, const asmjit::x86::Vec& nibbles);  // dst = table[nibbles & 15]
   asmjit::x86::Mem weight_only_codes_mem(const X86QuantBody& body, int64_t v, int32_t b_disp) const;
   void load(uint32_t dst, const asmjit::x86::Mem& src);
   void sign_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
@@ -107,6 +116,8 @@ class X86GemmQuantOps {
   asmjit::Label pool_;
   std::vector<uint32_t> pool_dwords_;
   asmjit::Label int4_values_;
+  uint32_t int4_reg_ = kNoRegister;  // hold_int4_table's register
+  static constexpr uint32_t kNoRegister = ~0u;
 };
 
 }  // namespace shapejit::jit
