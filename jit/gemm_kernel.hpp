@@ -135,19 +135,26 @@ struct GemmKeyHash {
 /// Floats of one panel row (nv vectors, zero-padded past nc): W, the panel's column count.
 inline int64_t gemm_panel_width(const GemmKey& key) { return key.nv() * key.lanes(); }
 
+/// AVX-512 f32-qc4w panels hold each column's codes as dword planes of 8 k (the layouts
+/// below): one load gives 16 columns x 8 k, and vpermps, which reads bits 0-3 of each index
+/// lane, looks up a plane after a shift, with no widening step (the byte-row layout of the
+/// other ISAs spent a vpmovzxbd, on the same ports as vpermps, per 32 codes).
+inline bool gemm_int4_planes(const GemmKey& key) { return key.quant == GemmQuant::kF32Qc4w && key.isa == Isa::kAvx512; }
+
 /// K rounded up to what one step of the kernel's k loop consumes: 4 for kQd8Qc8w (a 4-byte
-/// group per column, as vpdpbusd and sdot take it), 8 for kQd8Qc4w, 2 for kF32Qc4w, else 1.
-/// Codes past k are zero in the panels, so the padded steps add nothing.
-inline int64_t gemm_k_group(GemmQuant q) {
-  switch (q) {
+/// group per column, as vpdpbusd and sdot take it), 8 for kQd8Qc4w and for int4 planes, 2 for
+/// the other kF32Qc4w kernels, else 1. Codes past k are zero in the panels, so the padded steps
+/// add nothing.
+inline int64_t gemm_k_group(const GemmKey& key) {
+  switch (key.quant) {
     case GemmQuant::kQd8Qc8w: return 4;
     case GemmQuant::kQd8Qc4w: return 8;
-    case GemmQuant::kF32Qc4w: return 2;
+    case GemmQuant::kF32Qc4w: return gemm_int4_planes(key) ? 8 : 2;
     default: return 1;
   }
 }
 inline int64_t gemm_padded_k(const GemmKey& key) {
-  const int64_t g = gemm_k_group(key.quant);
+  const int64_t g = gemm_k_group(key);
   return (key.k + g - 1) / g * g;
 }
 
@@ -174,7 +181,9 @@ inline bool gemm_x86_exact_f32_correction(const GemmKey& key) {
 //   kF32Qc8w codes: k rows of W bytes (row kk: the code of W[c, kk] for each column c); then
 //            f32 wscale[W] and f32 bias[W] when key.bias.
 //   kF32Qc4w codes: kp/2 rows of W bytes; byte (j, c) holds W[c, 2j] in its low nibble and
-//            W[c, 2j+1] in its high nibble; then wscale and bias as kF32Qc8w.
+//            W[c, 2j+1] in its high nibble; then wscale and bias as kF32Qc8w. With int4 planes
+//            (gemm_int4_planes) instead: for each group g < kp/8, for each column c, a
+//            little-endian dword whose bits 4t .. 4t+3 hold W[c, 8g+t] (the same bytes).
 // The parts follow each other without padding; the panel is rounded up to 64 bytes.
 
 /// Bytes of the codes (or, for kF32, the k float rows) at the start of a panel.

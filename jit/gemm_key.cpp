@@ -73,8 +73,8 @@ GemmStepRegisters gemm_x86_step_registers(Isa isa, int nv, GemmQuant quant, bool
   switch (quant) {
     case GemmQuant::kF32:
     case GemmQuant::kF32Qc8w: return {nv, 2};
-    // AVX-512: both codes of each byte widened once, into two vectors per column vector
-    // (X86GemmQuantOps::emit_weight_only_code_pair).
+    // AVX-512 (int4 planes): per column vector its group's codes and one plane's values
+    // (X86GemmQuantOps::emit_int4_group_load, emit_int4_plane).
     case GemmQuant::kF32Qc4w: return isa == Isa::kAvx512 ? GemmStepRegisters{2 * nv, 2} : GemmStepRegisters{nv, 2};
     case GemmQuant::kQd8Qc8w: return dot ? GemmStepRegisters{nv, 2} : GemmStepRegisters{2 * nv, 3};
     case GemmQuant::kQd8Qc4w: return dot ? GemmStepRegisters{2 * nv, 2} : GemmStepRegisters{2 * nv, 4};

@@ -31,6 +31,14 @@ void pack_quant_panel(const GemmKey& key, const int8_t* codes, int64_t ld_codes,
         for (int64_t kk = 0; kk < k; ++kk) out[kk * w + c] = uint8_t(code(c, kk));
         break;
       case GemmQuant::kF32Qc4w:
+        if (gemm_int4_planes(key)) {
+          for (int64_t g = 0; g < kp / 8; ++g) {
+            uint32_t planes = 0;
+            for (int64_t t = 0; t < 8; ++t) planes |= uint32_t(code(c, 8 * g + t) & 0xF) << (4 * t);
+            for (int64_t j = 0; j < 4; ++j) out[(g * w + c) * 4 + j] = uint8_t(planes >> (8 * j));  // little-endian
+          }
+          break;
+        }
         for (int64_t j = 0; j < kp / 2; ++j) out[j * w + c] = nibbles(code(c, 2 * j), code(c, 2 * j + 1));
         break;
       case GemmQuant::kF32: break;

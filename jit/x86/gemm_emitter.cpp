@@ -87,7 +87,7 @@ void X86GemmEmitter::plan_registers() {
     throw Error(Status::kInternalError, kernel_name() + ": vector register plan is wrong");
   if (key().quant != GemmQuant::kF32) quant_ = std::make_unique<X86GemmQuantOps>(key(), a_);
   // A register left over (small tiles: decode) holds the int4 table.
-  if (quant_ && quant_->pairs_int4_codes() && vecs_.available() > 0) quant_->hold_int4_table(vecs_.take());
+  if (gemm_int4_planes(key()) && vecs_.available() > 0) quant_->hold_int4_table(vecs_.take());
   if (t_.avx512 && tail() != 0) k_tail_ = x86::k(kregs_.take());
   spill_bytes_ = calls_out() ? (tile_vectors() * vbytes_ + 63) / 64 * 64 : 0;
 }

@@ -32,7 +32,7 @@ class X86GemmEmitter final : public GemmSkeleton {
   asmjit::BaseEmitter& attach_assembler() override { return a_; }
   void check_isa() const override;
   int64_t plan_sets() const override;
-  int64_t k_step_width() const override { return gemm_k_group(key().quant); }
+  int64_t k_step_width() const override { return gemm_k_group(key()); }
   // qd8: whole code groups (the rows are padded); the weight-only forms: single k (f32-qc4w's odd
   // K ends with one k, the low codes of the last byte row).
   int64_t k_rest_step_width(int64_t left) const override;

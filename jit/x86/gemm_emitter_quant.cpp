@@ -35,11 +35,12 @@ void X86GemmEmitter::check_quant_key() const {
 void X86GemmEmitter::prepare_quant_panel() { quant_->load_held_constants(); }
 
 int64_t X86GemmEmitter::k_rest_step_width(int64_t left) const {
-  return gemm_quantized_input(key().quant) ? std::min(left, gemm_k_group(key().quant)) : 1;
+  return gemm_quantized_input(key().quant) ? std::min(left, gemm_k_group(key())) : 1;
 }
 
-// One step: qd8 a whole code group (gemm_k_group) at once; weight-only one k (int8) or the k of
-// an int4 byte row (two, or one at the end of an odd K: the row's low codes).
+// One step: qd8 a whole code group (gemm_k_group) at once; weight-only one k (int8), the k of
+// an int4 byte row (two, or one at the end of an odd K: the row's low codes), or with int4
+// planes the 8 k of a group (or single k of the last group, each from its plane).
 void X86GemmEmitter::quant_k_step(const GemmKStep& s) {
   if (!quant_) throw Error(Status::kInternalError, kernel_name() + ": no quantized primitives for this form");
   const int64_t b_off = weight_bytes(s.k);
@@ -49,13 +50,17 @@ void X86GemmEmitter::quant_k_step(const GemmKStep& s) {
     quant_->emit_qd8_step(body, s.set, static_cast<int32_t>(s.k * x_bytes_per_k()), static_cast<int32_t>(b_off));
     return;
   }
-  if (s.width == 2 && quant_->pairs_int4_codes()) {  // int4 byte row: weights nv + j hold the k + 1 codes
-    for (int64_t j = 0; j < nv(); ++j) quant_->emit_weight_only_code_pair(body, j, static_cast<int32_t>(b_off));
-    for (int64_t kk = 0; kk < 2; ++kk)
+  if (gemm_int4_planes(key())) {  // weights nv + j hold the group's codes, weights j one plane
+    const int64_t first = s.k % 8;  // a rest step's plane; full steps start a group
+    const int32_t group = static_cast<int32_t>(weight_bytes(s.k - first));
+    for (int64_t j = 0; j < nv(); ++j) quant_->emit_int4_group_load(body, j, group);
+    for (int64_t kk = 0; kk < s.width; ++kk) {
+      for (int64_t j = 0; j < nv(); ++j) quant_->emit_int4_plane(body, j, int(first + kk));
       for (int64_t i = 0; i < mr(); ++i) {
         const GemmXOperand x = broadcast_x(s, i, kk);
-        for (int64_t j = 0; j < nv(); ++j) fma(acc(s.set, i, j), kk * nv() + j, x);
+        for (int64_t j = 0; j < nv(); ++j) fma(acc(s.set, i, j), j, x);
       }
+    }
     return;
   }
   for (int64_t kk = 0; kk < s.width; ++kk) {

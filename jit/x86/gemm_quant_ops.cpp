@@ -230,19 +230,10 @@ x86::Mem X86GemmQuantOps::weight_only_codes_mem(const X86QuantBody& body, int64_
 }
 
 void X86GemmQuantOps::emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble) {
+  if (gemm_int4_planes(key_)) throw Error(Status::kInternalError, key_.name() + ": int4 planes take emit_int4_plane");
   const x86::Vec w = vec(body.weights[size_t(v)]);
   // lanes codes of the vector, one byte each, sign-extended to dwords.
-  const x86::Mem src = weight_only_codes_mem(body, v, b_disp);
-  if (t_.avx512 && key_.quant == GemmQuant::kF32Qc4w) {
-    // vpermps reads only bits 0-3 of each index lane: the nibble itself picks its code's f32
-    // value from a 16-entry table, exactly, where the shifts and vcvtdq2ps below cost two
-    // more vector operations (three for the low nibble) on the ports the FMAs use.
-    a_.vpmovzxbd(w, src);
-    if (nibble == 1) a_.vpsrld(w, w, imm(4));
-    int4_lookup(w, w);
-    return;
-  }
-  a_.vpmovsxbd(w, src);
+  a_.vpmovsxbd(w, weight_only_codes_mem(body, v, b_disp));
   if (key_.quant == GemmQuant::kF32Qc4w) {
     if (nibble == 0) {  // bits 0-3: to the top of the dword, then arithmetically down
       a_.vpslld(w, w, imm(28));
@@ -254,17 +245,18 @@ void X86GemmQuantOps::emit_weight_only_codes(const X86QuantBody& body, int64_t v
   a_.vcvtdq2ps(w, w);
 }
 
-bool X86GemmQuantOps::pairs_int4_codes() const { return t_.avx512 && key_.quant == GemmQuant::kF32Qc4w; }
+void X86GemmQuantOps::emit_int4_group_load(const X86QuantBody& body, int64_t v, int32_t b_disp) {
+  if (!gemm_int4_planes(key_)) throw Error(Status::kInternalError, key_.name() + ": no int4 planes here");
+  a_.vmovdqu32(vec(body.weights[size_t(nv_ + v)]), x86::ptr(body.panel, b_disp + int32_t(v * t_.bytes)));
+}
 
-// One vpmovzxbd for both k of the byte row: 2 shuffle-port operations per 32 weights instead of 4.
-void X86GemmQuantOps::emit_weight_only_code_pair(const X86QuantBody& body, int64_t v, int32_t b_disp) {
-  if (!pairs_int4_codes()) throw Error(Status::kInternalError, key_.name() + ": no paired int4 codes here");
-  const x86::Vec low = vec(body.weights[size_t(v)]), high = vec(body.weights[size_t(nv_ + v)]);
-  const x86::Mem src = weight_only_codes_mem(body, v, b_disp);
-  a_.vpmovzxbd(high, src);
-  int4_lookup(low, high);  // bits 0-3 index the table (emit_weight_only_codes)
-  a_.vpsrld(high, high, 4);
-  int4_lookup(high, high);
+// vpermps reads only bits 0-3 of each index lane: the plane's nibble picks its code's f32 value
+// from a 16-entry table, exactly (a shift brings plane t down; plane 0 needs none).
+void X86GemmQuantOps::emit_int4_plane(const X86QuantBody& body, int64_t v, int plane) {
+  const x86::Vec codes = vec(body.weights[size_t(nv_ + v)]), w = vec(body.weights[size_t(v)]);
+  if (plane == 0) return int4_lookup(w, codes);
+  a_.vpsrld(w, codes, imm(4 * plane));
+  int4_lookup(w, w);
 }
 
 void X86GemmQuantOps::emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b) {

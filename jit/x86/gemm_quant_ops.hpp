@@ -63,14 +63,15 @@ class X86GemmQuantOps {
   /// qd8 forms: one k step into accumulator set `set` (x_disp / b_disp: the step's offsets
   /// from the row and panel pointers).
   void emit_qd8_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
-  /// Weight-only forms: converts the step's codes of vector v to f32 into body.weights[v]
-  /// (`nibble` 0/1: the low / high code of each byte of an int4 row); the body then multiplies
-  /// them by the broadcast inputs as in the f32 kernel.
+  /// Weight-only forms but int4 planes: converts the step's codes of vector v to f32 into
+  /// body.weights[v] (`nibble` 0/1: the low / high code of each byte of an int4 row); the body
+  /// then multiplies them by the broadcast inputs as in the f32 kernel.
   void emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble);
-  /// f32-qc4w on AVX-512 (pairs_int4_codes): both codes of each byte of vector v's row, widened
-  /// once: the low ones into body.weights[v], the high ones into body.weights[nv + v].
-  bool pairs_int4_codes() const;
-  void emit_weight_only_code_pair(const X86QuantBody& body, int64_t v, int32_t b_disp);
+  /// Int4 planes (jit::gemm_int4_planes): the group's codes of vector v's columns (b_disp: the
+  /// group's offset) into body.weights[nv + v]; then per k of the group, emit_int4_plane turns
+  /// plane `plane` of them into f32 values in body.weights[v].
+  void emit_int4_group_load(const X86QuantBody& body, int64_t v, int32_t b_disp);
+  void emit_int4_plane(const X86QuantBody& body, int64_t v, int plane);
 
   /// dst = a + b for accumulators (vpaddd for int32, vaddps for f32).
   void emit_add_accumulators(uint32_t dst, uint32_t a, uint32_t b);

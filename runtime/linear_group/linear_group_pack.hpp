@@ -81,10 +81,15 @@ jit::GemmQuant gemm_quant(shapejit_linear_quant quant);
 /// (jit::host_has_int8_dot) and SHAPEJIT_INT8_DOT=0 is not set (read at each build).
 bool use_int8_dot(jit::Isa isa);
 
+/// Bytes of part `w`'s weights in `quant`'s form: 4 per f32 weight, 1 per int8 code, 1/2 per
+/// int4 code.
+int64_t part_weight_bytes(const LinearPartPlan& w, shapejit_linear_quant quant);
+
 /// The key of part `w`'s kernels on `isa` before rows and panel width are chosen (k, bias,
-/// activation, scale, store, prefetch, the form and its dot variant); exposed for jitdump and
-/// tests.
-jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_quant quant = SHAPEJIT_LINEAR_F32);
+/// activation, scale, store, the form and its dot variant; the weight prefetch when its group's
+/// weights, `group_bytes` of them, or its own stream from DRAM); exposed for jitdump and tests.
+jit::GemmKey gemm_part_key(const LinearPartPlan& w, jit::Isa isa, shapejit_linear_quant quant = SHAPEJIT_LINEAR_F32,
+                           int64_t group_bytes = 0);
 
 /// Packs every part and fetches its kernels for `isa` (the host must run it). Throws
 /// shapejit::Error: kUnsupported for an ISA without a generator, a shape beyond it or a kernel
