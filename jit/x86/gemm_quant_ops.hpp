@@ -63,7 +63,7 @@ class X86GemmQuantOps {
   /// qd8 forms: one k step into accumulator set `set` (x_disp / b_disp: the step's offsets
   /// from the row and panel pointers).
   void emit_qd8_step(const X86QuantBody& body, int64_t set, int32_t x_disp, int32_t b_disp);
-  /// Weight-only forms but int4 planes: converts the step's codes of vector v to f32 into
+  /// Weight-only forms other than int4 planes: converts the step's codes of vector v to f32 into
   /// body.weights[v] (`nibble` 0/1: the low / high code of each byte of an int4 row); the body
   /// then multiplies them by the broadcast inputs as in the f32 kernel.
   void emit_weight_only_codes(const X86QuantBody& body, int64_t v, int32_t b_disp, int nibble);
@@ -84,9 +84,9 @@ class X86GemmQuantOps {
   void emit_dequantize(const X86QuantBody& body, int32_t panel_disp, const asmjit::x86::Gp& gp0,
                        const asmjit::x86::Gp& gp1);
 
-  /// f32-qc4w on AVX-512: keep the nibbles' 16-entry table in vector register `id` (loaded by
-  /// load_held_constants), where the lookups otherwise read it from memory, one load per 16
-  /// weights beside the codes' own.
+  /// Int4 planes: keep the nibbles' 16-entry table in vector register `id` (loaded by
+  /// load_held_constants), where the lookups otherwise read it from memory, one load per
+  /// lookup (per 16 weights) beside the codes' one per 128.
   void hold_int4_table(uint32_t id) { int4_reg_ = id; }
   /// Loads the held table (nothing when none is held): at each panel's start, as an
   /// activation call of the previous panel may have clobbered it.
