@@ -130,8 +130,8 @@ class X86TableOps {
   void round_in_place(const asmjit::x86::Vec& v, DType to, bool half_up = false);
 
   // Dword constants held in registers on AVX-512, set up once per call: bf16 rounding's (the
-  // high-half mask also serves bf16 column groups), and 1.0f for sums added by fma (adds_by_fma). AVX2, short of registers, builds the rounding constants
-  // where they are used.
+  // high-half mask also serves bf16 column groups), and 1.0f for sums added by fma (adds_by_fma).
+  // AVX2, short of registers, builds the rounding constants where they are used.
   enum RegConst : size_t { kRcLowBit, kRcNearest, kRcQuiet, kRcHalfUp, kRcHighHalf, kRcOne, kRcCount };
   /// Which of them this key reads (none on AVX2).
   std::array<bool, kRcCount> reg_consts_used() const;

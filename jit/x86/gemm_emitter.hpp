@@ -33,9 +33,9 @@ class X86GemmEmitter final : public GemmSkeleton {
   void check_isa() const override;
   int64_t plan_sets() const override;
   int64_t k_step_width() const override { return gemm_k_group(key()); }
-  // qd8: whole code groups (the rows are padded); the weight-only forms: single k (f32-qc4w's odd
-  // K ends with one k, the low codes of the last byte row; with int4 planes each k past the
-  // last group of 8 is one plane).
+  // qd8: whole code groups (the rows are padded); int4 planes: the k past the last whole group
+  // in one step; the other weight-only forms: single k (f32-qc4w's odd K ends with one k, the
+  // low codes of the last byte row).
   int64_t k_rest_step_width(int64_t left) const override;
   int64_t k_loop_steps() const override { return sets() * ((4 + sets() - 1) / sets()); }
   void plan_registers() override;

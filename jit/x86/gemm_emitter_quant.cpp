@@ -35,12 +35,13 @@ void X86GemmEmitter::check_quant_key() const {
 void X86GemmEmitter::prepare_quant_panel() { quant_->load_held_constants(); }
 
 int64_t X86GemmEmitter::k_rest_step_width(int64_t left) const {
-  return gemm_quantized_input(key().quant) ? std::min(left, gemm_k_group(key())) : 1;
+  const bool groups = gemm_quantized_input(key().quant) || gemm_int4_planes(key());
+  return groups ? std::min(left, gemm_k_group(key())) : 1;
 }
 
 // One step: qd8 a whole code group (gemm_k_group) at once; weight-only one k (int8), the k of
 // an int4 byte row (two, or one at the end of an odd K: the row's low codes), or with int4
-// planes the 8 k of a group (or single k of the last group, each from its plane).
+// planes the k of one group (8, or those of the last group that K leaves), one load of its codes.
 void X86GemmEmitter::quant_k_step(const GemmKStep& s) {
   if (!quant_) throw Error(Status::kInternalError, kernel_name() + ": no quantized primitives for this form");
   const int64_t b_off = weight_bytes(s.k);
@@ -51,11 +52,10 @@ void X86GemmEmitter::quant_k_step(const GemmKStep& s) {
     return;
   }
   if (gemm_int4_planes(key())) {  // weights nv + j hold the group's codes, weights j one plane
-    const int64_t first = s.k % 8;  // a rest step's plane; full steps start a group
-    const int32_t group = static_cast<int32_t>(weight_bytes(s.k - first));
-    for (int64_t j = 0; j < nv(); ++j) quant_->emit_int4_group_load(body, j, group);
+    if (s.k % gemm_k_group(key()) != 0) throw Error(Status::kInternalError, kernel_name() + ": a step inside an int4 group");
+    for (int64_t j = 0; j < nv(); ++j) quant_->emit_int4_group_load(body, j, static_cast<int32_t>(b_off));
     for (int64_t kk = 0; kk < s.width; ++kk) {
-      for (int64_t j = 0; j < nv(); ++j) quant_->emit_int4_plane(body, j, int(first + kk));
+      for (int64_t j = 0; j < nv(); ++j) quant_->emit_int4_plane(body, j, int(kk));
       for (int64_t i = 0; i < mr(); ++i) {
         const GemmXOperand x = broadcast_x(s, i, kk);
         for (int64_t j = 0; j < nv(); ++j) fma(acc(s.set, i, j), j, x);
